@@ -1,0 +1,162 @@
+import copy
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from kernel_cases import KERNEL_CASES, make_kernel
+from ssm_fairseq.ssm import DSSKernel, MSSMKernel, S4DKernel, S4Kernel
+
+
+def brute_force_kernel(kernel, L):
+    """``K_k = dC dA^k dB`` by explicit matrix powers of the kernel's own dense matrices."""
+    m = kernel.dense_matrices(L)
+    dA, x, dC = (t.to(torch.complex128) for t in (m.dA, m.dB, m.dC))
+    taps = []
+    for _ in range(L):
+        taps.append(torch.einsum("chn,hn->ch", dC, x))
+        x = torch.einsum("hnm,hm->hn", dA, x)
+    K = torch.stack(taps, -1)
+    assert K.imag.abs().max() < 1e-9 * max(1.0, K.real.abs().max())
+    return K.real, m.D
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+@pytest.mark.parametrize("L", [1, 37, 64, 256])
+def test_kernel_equals_brute_force(name, L):
+    kernel = make_kernel(name, L, torch.float64)
+    if isinstance(kernel, DSSKernel):
+        kernel.softmax_eps = 0.0  # Proposition 1(b) exactly; the eps correction is tested below
+    with torch.no_grad():
+        K, D = kernel(L)
+    K_ref, D_ref = brute_force_kernel(kernel, L)
+    assert K.shape == (kernel.out_channels, kernel.channels, L)
+    torch.testing.assert_close(K, K_ref, rtol=1e-6, atol=1e-9 * K_ref.abs().max().item())
+    torch.testing.assert_close(D, D_ref)
+
+
+def test_s4_shorter_kernel_is_prefix_of_l_max_kernel():
+    kernel = S4Kernel(2, 8, l_max=100).double()
+    with torch.no_grad():
+        assert torch.allclose(kernel(37)[0], kernel(100)[0][..., :37])
+
+
+def test_dss_softmax_eps_correction_is_small():
+    kernel = DSSKernel(3, 4, variant="softmax").double()
+    with torch.no_grad():
+        K_eps = kernel(64)[0]
+        kernel.softmax_eps = 0.0
+        K_exact = kernel(64)[0]
+    assert 0 < (K_eps - K_exact).abs().max() < 1e-5 * K_exact.abs().max()
+
+
+def test_dss_softmax_with_positive_real_parts():
+    kernel = DSSKernel(2, 4, variant="softmax", softmax_eps=0.0).double()
+    with torch.no_grad():
+        kernel.Lambda_re.copy_(torch.tensor([0.3, 0.05, -0.2, 1.0]))
+        kernel.log_dt.fill_(-1.0)
+        K, _ = kernel(64)
+    torch.testing.assert_close(K, brute_force_kernel(kernel, 64)[0], rtol=1e-6, atol=1e-12)
+    kernel = kernel.float()
+    with torch.no_grad():
+        kernel.Lambda_re.copy_(torch.tensor([2.0, 0.5, 0.0, 5.0]))
+        kernel.log_dt.fill_(0.0)
+    K, D = kernel(65536)
+    (K.square().sum() + D.sum()).backward()
+    assert torch.isfinite(K).all()
+    assert all(torch.isfinite(p.grad).all() for p in kernel.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+def test_gradients_reach_trainable_parameters_only(name):
+    kernel = make_kernel(name, 32)
+    K, D = kernel(32)
+    (K.square().sum() + D.square().sum()).backward()
+    for pname, p in kernel.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+    for bname, b in kernel.named_buffers():
+        assert b.grad is None and not b.requires_grad, bname
+
+
+def test_s4_frozen_parameters_are_buffers():
+    frozen = S4Kernel(2, 8, l_max=16, trainable_A=False, trainable_B=False, trainable_dt=False)
+    assert {n for n, _ in frozen.named_parameters()} == {"C", "D"}
+    assert {n for n, _ in frozen.named_buffers()} == {"log_neg_real", "imag", "P", "B", "log_dt"}
+    partly = S4Kernel(2, 8, l_max=16, trainable_A=False)
+    assert {n for n, _ in partly.named_parameters()} == {"B", "log_dt", "C", "D"}
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+def test_gradcheck(name):
+    L = 12
+    kernel = make_kernel(name, L, torch.float64)
+    names = [n for n, _ in kernel.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in kernel.parameters())
+
+    def kernel_of(*values):
+        K, D = functional_call(kernel, dict(zip(names, values)), (L,))
+        return K, D
+
+    assert torch.autograd.gradcheck(kernel_of, params, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+def test_finite_at_65536(name):
+    L = 65536
+    kernel = make_kernel(name, L)
+    K, D = kernel(L)
+    assert K.shape[-1] == L and torch.isfinite(K).all()
+    (K.abs().mean() + D.sum()).backward()
+    for pname, p in kernel.named_parameters():
+        assert torch.isfinite(p.grad).all(), pname
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["s4", "s4d_legs", "dss_softmax", "mssm"])
+def test_kernels_compute_in_float32(name, dtype):
+    kernel = make_kernel(name, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        K, D = kernel(64)
+    assert K.dtype == torch.float32 and D.dtype == torch.float32
+    halved = kernel.to(dtype)  # as after fairseq's model.half()
+    K_half, _ = halved(64)
+    assert K_half.dtype == torch.float32 and torch.isfinite(K_half).all()
+    # the same numbers as the float32 computation from the rounded parameters
+    K_rounded, _ = copy.deepcopy(halved).float()(64)
+    torch.testing.assert_close(K_half, K_rounded)
+
+
+def test_mssm_parameters_are_tied_per_head():
+    kernel = MSSMKernel(channels=12, state_size=32, out_channels=2, heads=3, scale=0.25)
+    shapes = {n: tuple(p.shape) for n, p in kernel.named_parameters()}
+    assert shapes == {"z_lambda": (3, 32), "p": (3, 32), "B": (3, 32), "C": (2, 12, 32), "D": (2, 12), "z_dt": (12,)}
+    m = kernel.dense_matrices(8)
+    assert torch.equal(m.A[0], m.A[3]) and not torch.equal(m.A[3], m.A[4])  # 4 channels per head
+    assert torch.linalg.eigvalsh(m.A).max() < 0  # Lambda - p p^T is negative definite
+    big = MSSMKernel(channels=8, state_size=32, heads=8, scale=0.25)
+    assert abs(big.z_lambda.mean().item() - torch.log(torch.tensor(0.25)).item()) < 0.3
+    assert abs(big.z_lambda.std().item() - 1.0) < 0.25
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: S4Kernel(2, 7), "even"),
+        (lambda: S4DKernel(2, 5), "even"),
+        (lambda: MSSMKernel(6, 4, heads=4), "multiple of heads"),
+        (lambda: DSSKernel(2, 4, variant="cosine"), "unknown DSS variant"),
+        (lambda: S4DKernel(2, 4, init="legt"), "unknown S4D init"),
+        (lambda: MSSMKernel(0, 4), "positive"),
+    ],
+)
+def test_bad_configuration(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_bad_lengths():
+    with pytest.raises(ValueError, match="exceeds the S4 kernel's l_max=16"):
+        S4Kernel(2, 4, l_max=16)(17)
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="positive int"):
+            MSSMKernel(2, 4)(bad)
