@@ -8,8 +8,10 @@ With ``P_{n,k} = lambda_n dt k`` (Proposition 1)::
 ``row-softmax_eps`` is the corrected softmax of appendix A.2: subtract the entry of largest real part and
 take ``reciprocal_eps(x) = conj(x) / (x conj(x) + eps)`` of the row sum, so it stays bounded even when
 ``Re(lambda) > 0``. The row sum is a geometric series and is summed in closed form. As discrete systems
-(section 3.4) both are zero-order hold with ``B = 1`` (exp) or ``B = 1 / (exp(L lambda dt) - 1)`` (softmax);
-the latter depends on ``L``, so the recurrence of DSS-softmax is built for one length.
+(section 3.4) both are zero-order hold with ``B = 1`` (exp) or ``B = 1 / (exp(L lambda dt) - 1)`` (softmax,
+here with the same eps correction as the kernel); the latter depends on ``L``, so the recurrence of
+DSS-softmax is built for one length. With ``Re(lambda) > 0`` that recurrence grows like ``exp(Re(lambda) dt k)``
+and is only usable for short ``L``; the convolution kernel stays bounded at any length.
 """
 from __future__ import annotations
 
@@ -73,25 +75,29 @@ class DSSKernel(DiagonalSSMKernel):
         re = -torch.exp(re) if self.variant == "exp" else re
         return torch.complex(re, self.real(self.Lambda_im))
 
+    def _softmax_normaliser(self, P_rate: Tensor, L: int) -> tuple[Tensor, Tensor]:
+        """Row shift (position of the row maximum) and ``reciprocal_eps`` of the shifted row sum, ``H x N``."""
+        growing = P_rate.real > 0
+        shift = growing.to(P_rate.real.dtype) * (L - 1)  # k = L - 1 for growing rows, 0 for decaying ones
+        s = torch.where(growing, -P_rate, P_rate)  # shifted row sum = sum_m exp(s m), Re(s) <= 0
+        row_sum = torch.expm1(s * L) / torch.expm1(s)
+        return shift, row_sum.conj() / (row_sum * row_sum.conj() + self.softmax_eps)
+
     def diagonal_system(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         Lambda = self.eigenvalues().unsqueeze(0)  # 1 x N
         dt = torch.exp(self.real(self.log_dt))
         if self.variant == "exp":
-            b = torch.ones_like(Lambda)
-        else:
-            b = 1.0 / torch.expm1(L * Lambda * dt.unsqueeze(-1))
-        return Lambda, b, self.complex(self.W), dt
+            return Lambda, torch.ones_like(Lambda), self.complex(self.W), dt
+        # B such that the zero-order-hold kernel is the eps-corrected softmax kernel; with eps = 0 it is
+        # the paper's 1 / (exp(L lambda dt) - 1).
+        P_rate = Lambda * dt.unsqueeze(-1)
+        shift, reciprocal = self._softmax_normaliser(P_rate, L)
+        return Lambda, reciprocal * torch.exp(-P_rate * shift) / torch.expm1(P_rate), self.complex(self.W), dt
 
     def kernel(self, L: int) -> Tensor:
         if self.variant == "exp":
             return super().kernel(L)
         Lambda = self.eigenvalues()
-        dt = torch.exp(self.real(self.log_dt)).unsqueeze(-1)
-        P_rate = Lambda * dt  # H x N: P_{n,k} = P_rate_n * k
-        growing = P_rate.real > 0
-        # Subtract the row maximum: k = L - 1 for growing rows, k = 0 for decaying ones.
-        shift = growing.to(P_rate.real.dtype) * (L - 1)
-        s = torch.where(growing, -P_rate, P_rate)  # row sum = sum_m exp(s m), Re(s) <= 0
-        row_sum = torch.expm1(s * L) / torch.expm1(s)
-        reciprocal = row_sum.conj() / (row_sum * row_sum.conj() + self.softmax_eps)
+        P_rate = Lambda * torch.exp(self.real(self.log_dt)).unsqueeze(-1)  # H x N: P_{n,k} = P_rate_n * k
+        shift, reciprocal = self._softmax_normaliser(P_rate, L)
         return vandermonde(self.complex(self.W) / Lambda * reciprocal, P_rate, L, shift)

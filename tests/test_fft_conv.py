@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from ssm_fairseq.ssm import bidirectional_fft_conv, fft_conv
+
+
+def direct_causal(u, K, D=None):
+    """``y[b,c,h,k] = sum_{j<=k} K[c,h,k-j] u[b,h,j] (+ D u)`` by explicit sums."""
+    B, H, L = u.shape
+    y = torch.zeros(B, K.shape[0], H, L, dtype=u.dtype)
+    for k in range(L):
+        for j in range(k + 1):
+            y[..., k] += K[None, :, :, k - j] * u[:, None, :, j]
+    if D is not None:
+        y += D[None, :, :, None] * u[:, None]
+    return y
+
+
+@pytest.mark.parametrize("L", [1, 5, 16])
+def test_causal_equals_direct_sum(L):
+    u = torch.randn(2, 3, L, dtype=torch.float64)
+    K, D = torch.randn(2, 3, L + 4, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    torch.testing.assert_close(fft_conv(u, K, D), direct_causal(u, K[..., :L], D), rtol=1e-10, atol=1e-10)
+
+
+def test_reverse_is_reversed_causal():
+    u = torch.randn(2, 3, 11, dtype=torch.float64)
+    K = torch.randn(1, 3, 11, dtype=torch.float64)
+    naive = direct_causal(u.flip(-1), K).flip(-1)
+    torch.testing.assert_close(fft_conv(u, K, reverse=True), naive, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("L", [1, 2, 9])
+def test_bidirectional_equals_forward_plus_reversed_backward(L):
+    u = torch.randn(2, 3, L, dtype=torch.float64)
+    Kf, Kb = torch.randn(2, 3, L, dtype=torch.float64), torch.randn(2, 3, L, dtype=torch.float64)
+    D = torch.randn(2, 3, dtype=torch.float64)
+    naive = direct_causal(u, Kf, D) + direct_causal(u.flip(-1), Kb).flip(-1)
+    torch.testing.assert_close(bidirectional_fft_conv(u, Kf, Kb, D), naive, rtol=1e-10, atol=1e-10)
+
+
+def test_padding_never_reaches_real_frames():
+    lengths = [7, 4, 1]
+    L = max(lengths)
+    Kf, Kb = torch.randn(1, 3, L, dtype=torch.float64), torch.randn(1, 3, L, dtype=torch.float64)
+    D = torch.randn(1, 3, dtype=torch.float64)
+    u = torch.randn(3, 3, L, dtype=torch.float64) * 100  # garbage in the padding
+    mask = torch.arange(L)[None, :] >= torch.tensor(lengths)[:, None]
+    y_bi = bidirectional_fft_conv(u, Kf, Kb, D, padding_mask=mask)
+    y_rev = fft_conv(u, Kb, D, padding_mask=mask, reverse=True)
+    for b, n in enumerate(lengths):
+        alone = u[b : b + 1, :, :n]
+        torch.testing.assert_close(y_bi[b : b + 1, ..., :n], bidirectional_fft_conv(alone, Kf, Kb, D))
+        torch.testing.assert_close(y_rev[b : b + 1, ..., :n], fft_conv(alone, Kb, D, reverse=True))
+        assert (y_bi[b, ..., n:] == 0).all() and (y_rev[b, ..., n:] == 0).all()
+
+
+def test_low_precision_input_is_convolved_in_float32():
+    u = torch.randn(1, 2, 64)
+    K = torch.randn(1, 2, 64)
+    y = fft_conv(u.to(torch.bfloat16), K)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), fft_conv(u.to(torch.bfloat16).float(), K), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "u, K, D, mask, message",
+    [
+        (torch.randn(2, 4, 8), torch.randn(1, 3, 8), None, None, r"u must have shape \(batch, 3, length\), got \(2, 4, 8\)"),
+        (torch.randn(4, 8), torch.randn(1, 4, 8), None, None, r"u must have shape \(batch, 4, length\), got \(4, 8\)"),
+        (torch.randn(2, 3, 8), torch.randn(3, 8), None, None, r"kernel must have shape \(C, H, L\), got \(3, 8\)"),
+        (torch.randn(2, 3, 9), torch.randn(1, 3, 8), None, None, r"kernel must have shape \(C, 3, >=9\)"),
+        (torch.randn(2, 3, 8), torch.randn(1, 3, 8), torch.randn(3), None, r"skip D must have shape \(1, 3\), got \(3,\)"),
+        (torch.randn(2, 3, 8), torch.randn(1, 3, 8), None, torch.zeros(2, 7, dtype=torch.bool), r"padding_mask must have shape \(2, 8\), got \(2, 7\)"),
+        (torch.zeros(2, 3, 8, dtype=torch.long), torch.randn(1, 3, 8), None, None, "real floating-point tensor, got dtype torch.int64"),
+    ],
+)
+def test_bad_input(u, K, D, mask, message):
+    with pytest.raises(ValueError, match=message):
+        fft_conv(u, K, D, padding_mask=mask)

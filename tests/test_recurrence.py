@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from kernel_cases import KERNEL_CASES, make_kernel
+from ssm_fairseq.ssm import fft_conv
+
+TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4}
+
+
+def convolution_output(kernel, u):
+    K, D = kernel(u.shape[-1])
+    return fft_conv(u, K, D)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+def test_step_mode_equals_convolution(name, dtype):
+    L = 48
+    kernel = make_kernel(name, L, dtype)
+    u = torch.randn(2, kernel.channels, L, dtype=dtype)
+    with torch.no_grad():
+        expected = convolution_output(kernel, u)
+        rec = kernel.recurrence(L)
+        state = rec.initial_state(2)
+        steps = []
+        for k in range(L):
+            y, state = rec.step(u[..., k], state)
+            steps.append(y)
+    scale = expected.abs().max()
+    tol = TOLERANCE[dtype]
+    assert (torch.stack(steps, -1) - expected).abs().max() <= tol * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
+def test_chunks_continue_from_state(name, dtype):
+    L = 60
+    kernel = make_kernel(name, L, dtype)
+    u = torch.randn(3, kernel.channels, L, dtype=dtype)
+    with torch.no_grad():
+        expected = convolution_output(kernel, u)
+        rec = kernel.recurrence(L)
+        state = rec.initial_state(3)
+        pieces = []
+        for piece in u.split([25, 1, 34], dim=-1):
+            y, state = rec.chunk(piece, state)
+            pieces.append(y)
+        # a step after the chunks equals the convolution of the longer sequence
+        extra = torch.randn(3, kernel.channels, dtype=dtype)
+        y_next, _ = rec.step(extra, state)
+    tol = TOLERANCE[dtype] * expected.abs().max()
+    assert (torch.cat(pieces, -1) - expected).abs().max() <= tol
+    if not name.startswith(("s4", "dss_softmax")):  # kernels whose definition does not depend on L
+        longer = convolution_output(kernel, torch.cat([u, extra.unsqueeze(-1)], -1))[..., -1]
+        assert (y_next - longer).abs().max() <= tol
+
+
+def test_bad_step_input():
+    rec = make_kernel("mssm", 8).recurrence(8)
+    state = rec.initial_state(2)
+    with pytest.raises(ValueError, match=r"step input must have shape \(batch, 4\), got \(2, 3\)"):
+        rec.step(torch.randn(2, 3), state)
+    with pytest.raises(ValueError, match=r"state of shape \(2, 4, 6\) does not match input \(5, 4\)"):
+        rec.step(torch.randn(5, 4), state)
