@@ -1,0 +1,30 @@
+# Reproduces the verified environment of DESIGN.md section 4 in .venv, then tests or demos.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ssm_fairseq-setup
+
+.PHONY: setup test demo clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torchaudio 2.11's binary loads only with torch 2.11.
+	$(BIN)/pip install --quiet torch==2.11.0 torchaudio==2.11.0
+	$(BIN)/pip install --quiet numpy cython "setuptools<81" wheel
+	# fairseq-fixed compiles against the installed torch (about 4 minutes, once).
+	$(BIN)/python -c "import fairseq" 2>/dev/null || \
+		$(BIN)/pip install --quiet --no-build-isolation --no-cache-dir fairseq-fixed==0.12.3.1
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,plots]"
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+demo: setup
+	$(BIN)/python scripts/benchmarks/ssm_vs_attention.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

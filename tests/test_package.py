@@ -1,0 +1,54 @@
+"""The plugin imports as a package and through fairseq's --user-dir, also when torchaudio cannot load."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, tmp_path: Path, broken_torchaudio: bool) -> subprocess.CompletedProcess:
+    path = [str(tmp_path)] if broken_torchaudio else []
+    if broken_torchaudio:  # a torchaudio whose binary does not match torch, as with any torch but 2.11
+        (tmp_path / "torchaudio").mkdir()
+        (tmp_path / "torchaudio" / "__init__.py").write_text(
+            "raise OSError('libtorchaudio.so: undefined symbol (built for another torch)')\n"
+        )
+    prelude = f"import sys; sys.path[:0] = {path!r}\n"
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_import_as_package_with_broken_torchaudio(tmp_path):
+    result = run_python(
+        """
+        try:
+            import torchaudio
+        except OSError:
+            pass
+        else:
+            raise SystemExit("the fake torchaudio should not import")
+        import ssm_fairseq
+        from ssm_fairseq.ssm import KERNELS
+        print(sorted(KERNELS))
+        """,
+        tmp_path,
+        broken_torchaudio=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "['dss', 'mssm', 's4', 's4d']" in result.stdout
+
+
+def test_import_through_fairseq_user_dir(tmp_path):
+    result = run_python(
+        f"""
+        from argparse import Namespace
+        from fairseq import utils
+        utils.import_user_module(Namespace(user_dir={str(REPO / 'ssm_fairseq')!r}))
+        import ssm_fairseq
+        print(ssm_fairseq.__version__)
+        """,
+        tmp_path,
+        broken_torchaudio=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "0.1.0" in result.stdout
