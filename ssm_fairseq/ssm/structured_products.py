@@ -1,15 +1,24 @@
-"""Memory-bounded Cauchy and Vandermonde products, the two sums that SSM kernels reduce to.
+"""Fast, memory-bounded Cauchy and Vandermonde products: the two sums that SSM kernels reduce to.
 
-Both are ``sum_n`` over the state dimension of an ``N x L`` structured matrix. Written naively, autograd
-keeps the whole ``... x N x L`` matrix for the backward pass; these functions instead walk over ``L`` in
-chunks in the forward *and* the backward pass, so peak memory is ``O(... x (N + L))`` plus one chunk.
+Both are sums over the state dimension ``N`` of an ``N x L`` structured matrix. Written naively they cost
+``O(... x N x L)`` elementwise transcendental operations, and autograd keeps the whole matrix for the backward
+pass. Here:
+
+* ``vandermonde`` factors each power ``k = q m + r`` (``m ~ sqrt(L)``) as ``base^(q m) * base^r``, so only
+  ``O(... x N x sqrt(L))`` exponentials are evaluated and the sum over ``N`` is one batched matrix product;
+  autograd then stores only the small factors.
+* ``cauchy`` shares the reciprocals ``1 / (z_l - w_n)`` between all numerator rows, sums them with a batched
+  matrix product, and walks over ``L`` in chunks in the forward and backward pass (custom autograd), so peak
+  memory is ``O(... x (N + L))`` plus one chunk.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
-# Elements of one chunk of the structured matrix (complex128 at this size is 64 MiB).
+# Elements of one chunk of a structured matrix (complex128 at this size is 64 MiB).
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -18,37 +27,58 @@ def _chunk_length(batch_shape: torch.Size, N: int, L: int) -> int:
     return max(1, min(L, CHUNK_ELEMENTS // per_position))
 
 
+def _rows_last(v: Tensor, pole_batch: torch.Size) -> tuple[Tensor, torch.Size]:
+    """``v``: ``extra... x pole_batch... x N`` -> ``pole_batch... x E x N`` (E = prod(extra)), for one GEMM."""
+    extra = v.shape[: v.dim() - 1 - len(pole_batch)]
+    v = v.expand(extra + pole_batch + v.shape[-1:]).reshape((-1,) + pole_batch + v.shape[-1:])
+    return v.movedim(0, -2), extra
+
+
+def _rows_first(x: Tensor, extra: torch.Size) -> Tensor:
+    """Inverse of ``_rows_last`` for a ``pole_batch... x E x L`` result."""
+    x = x.movedim(-2, 0)
+    return x.reshape(extra + x.shape[1:])
+
+
 class _Cauchy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, v: Tensor, z: Tensor, w: Tensor) -> Tensor:
         ctx.save_for_backward(v, z, w)
-        batch = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
-        step = _chunk_length(batch, v.shape[-1], z.shape[-1])
-        v_, w_ = v.unsqueeze(-2), w.unsqueeze(-2)
-        return torch.cat(
-            [(v_ / (zc.unsqueeze(-1) - w_)).sum(-1) for zc in z.split(step, dim=-1)], dim=-1
-        )
+        pole_batch = torch.broadcast_shapes(z.shape[:-1], w.shape[:-1])
+        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1])
+        rows, extra = _rows_last(v, pole_batch)  # pole_batch x E x N
+        out = []
+        for zc in z.split(step, dim=-1):
+            r = 1.0 / (zc.unsqueeze(-1) - w.unsqueeze(-2))  # pole_batch x chunk x N
+            out.append(rows @ r.transpose(-1, -2))
+        return _rows_first(torch.cat(out, dim=-1), extra)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
+        # For the holomorphic f = v / (z - w): grad_input = sum(grad * conj(df/dinput)).
         v, z, w = ctx.saved_tensors
-        batch = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
-        step = _chunk_length(batch, v.shape[-1], z.shape[-1])
-        v_, w_ = v.unsqueeze(-2), w.unsqueeze(-2)
-        sum_r = 0  # sum_l conj(G_l) / (z_l - w_n)
-        sum_r2 = 0  # sum_l conj(G_l) / (z_l - w_n)^2
+        pole_batch = torch.broadcast_shapes(z.shape[:-1], w.shape[:-1])
+        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1])
+        rows, extra = _rows_last(v, pole_batch)  # pole_batch x E x N
+        grad_rows, _ = _rows_last(grad, pole_batch)  # pole_batch x E x L
+        sum_r = 0  # sum_l conj(G_l) r_ln, pole_batch x E x N
+        sum_r2 = 0  # sum_l conj(G_l) r_ln^2
         grad_z = []
-        for zc, gc in zip(z.split(step, dim=-1), grad.split(step, dim=-1)):
-            r = 1.0 / (zc.unsqueeze(-1) - w_)  # ... x chunk x N
-            gbar = gc.conj().unsqueeze(-1)
-            sum_r = sum_r + (gbar * r).sum(-2)
+        for zc, gc in zip(z.split(step, dim=-1), grad_rows.split(step, dim=-1)):
+            r = 1.0 / (zc.unsqueeze(-1) - w.unsqueeze(-2))
             r2 = r * r
-            sum_r2 = sum_r2 + (gbar * r2).sum(-2)
-            grad_z.append(-gc * (v_ * r2).sum(-1).conj())
-        grad_v = sum_r.conj().sum_to_size(v.shape) if ctx.needs_input_grad[0] else None
-        grad_w = (v.conj() * sum_r2.conj()).sum_to_size(w.shape) if ctx.needs_input_grad[2] else None
-        grad_z = torch.cat(grad_z, dim=-1).sum_to_size(z.shape) if ctx.needs_input_grad[1] else None
-        return grad_v, grad_z, grad_w
+            gbar = gc.conj()
+            sum_r = sum_r + gbar @ r
+            sum_r2 = sum_r2 + gbar @ r2
+            grad_z.append(-gc * (rows @ r2.transpose(-1, -2)).conj())
+        grad_v = grad_z_ = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_v = _rows_first(sum_r.conj(), extra).sum_to_size(v.shape)
+        if ctx.needs_input_grad[1]:
+            grad_z_ = _rows_first(torch.cat(grad_z, dim=-1), extra).sum_to_size(z.shape)
+        if ctx.needs_input_grad[2]:
+            grad_w = _rows_first(rows.conj() * sum_r2.conj(), extra).sum_to_size(w.shape)
+        return grad_v, grad_z_, grad_w
 
 
 def cauchy(v: Tensor, z: Tensor, w: Tensor) -> Tensor:
@@ -57,60 +87,49 @@ def cauchy(v: Tensor, z: Tensor, w: Tensor) -> Tensor:
     Args:
         v: ``... x N`` numerators.
         z: ``... x L`` evaluation points.
-        w: ``... x N`` poles; leading dimensions of all three broadcast.
+        w: ``... x N`` poles; leading dimensions of all three broadcast. The reciprocals are computed once for
+            the broadcast shape of ``z`` and ``w`` and shared by the rows of ``v``.
     Returns:
         ``... x L``.
     """
     return _Cauchy.apply(v, z, w)
 
 
-class _Vandermonde(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a: Tensor, b: Tensor, shift: Tensor, L: int) -> Tensor:
-        ctx.save_for_backward(a, b, shift)
-        ctx.L = L
-        batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1], shift.shape[:-1])
-        step = _chunk_length(batch, a.shape[-1], L)
-        k = torch.arange(L, dtype=shift.dtype, device=a.device)
-        out = []
-        for kc in k.split(step):
-            E = torch.exp(b.unsqueeze(-1) * (kc - shift.unsqueeze(-1)))  # ... x N x chunk
-            out.append((a.unsqueeze(-1) * E).sum(-2).real)
-        return torch.cat(out, dim=-1)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        a, b, shift = ctx.saved_tensors
-        batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1], shift.shape[:-1])
-        step = _chunk_length(batch, a.shape[-1], ctx.L)
-        k = torch.arange(ctx.L, dtype=shift.dtype, device=a.device)
-        sum_gE = 0  # sum_k g_k E_nk
-        sum_gkE = 0  # sum_k g_k (k - s_n) E_nk
-        for kc, gc in zip(k.split(step), grad.split(step, dim=-1)):
-            t = kc - shift.unsqueeze(-1)
-            gE = gc.unsqueeze(-2) * torch.exp(b.unsqueeze(-1) * t)
-            sum_gE = sum_gE + gE.sum(-1)
-            sum_gkE = sum_gkE + (gE * t).sum(-1)
-        grad_a = sum_gE.conj().sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
-        grad_b = (a * sum_gkE).conj().sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_b, None, None
-
-
 def vandermonde(a: Tensor, log_base: Tensor, L: int, shift: Tensor | None = None) -> Tensor:
     """``out[..., k] = Re(sum_n a[..., n] * exp(log_base[..., n] * (k - shift[..., n])))``, ``k < L``.
 
-    ``shift`` (real, not differentiated) keeps ``exp`` in range when a base has modulus above one.
+    ``shift`` (real, not differentiated) is the position of each row's largest term: 0 for decaying rows
+    (``Re(log_base) <= 0``) and typically ``L - 1`` for growing ones, so every exponential stays in range.
 
     Args:
-        a: ``... x N`` complex coefficients.
-        log_base: ``... x N`` complex logarithms of the Vandermonde bases.
+        a: ``... x N`` coefficients (real or complex).
+        log_base: ``... x N`` logarithms of the Vandermonde bases.
         L: number of powers.
         shift: ``... x N`` real offsets, zero by default.
     Returns:
         ``... x L`` real.
     """
     complex_dtype = torch.promote_types(a.dtype, torch.complex64)
-    a, log_base = a.to(complex_dtype), log_base.to(complex_dtype)
-    if shift is None:
-        shift = torch.zeros((), dtype=a.real.dtype, device=a.device)
-    return _Vandermonde.apply(a, log_base, shift.expand(log_base.shape), L)
+    a, b = a.to(complex_dtype), log_base.to(complex_dtype)
+    real_dtype = a.real.dtype
+    shift = torch.zeros((), dtype=real_dtype, device=a.device) if shift is None else shift.to(real_dtype)
+    shift = shift.expand(b.shape).unsqueeze(-1)
+    b_ = b.unsqueeze(-1)
+    m = max(1, math.isqrt(L))
+    blocks, rest = divmod(L, m)
+    # Powers q m + r with r measured from r0: 0 for decaying rows, m - 1 for growing ones, so that both
+    # factors have non-positive exponents inside the first ``blocks * m`` positions.
+    r0 = (b.real > 0).to(real_dtype).unsqueeze(-1) * (m - 1)
+    q = torch.arange(blocks, dtype=real_dtype, device=a.device) * m
+    r = torch.arange(m, dtype=real_dtype, device=a.device)
+    coarse = a.unsqueeze(-1) * torch.exp(b_ * (q - shift + r0))  # ... x N x blocks
+    fine = torch.exp(b_ * (r - r0))  # ... x N x m
+    # Re(sum_n coarse_nq fine_nr) as one real matrix product over the stacked real and imaginary parts
+    lhs = torch.cat([coarse.real, -coarse.imag], dim=-2).transpose(-1, -2)  # ... x blocks x 2N
+    rhs = torch.cat([fine.real, fine.imag], dim=-2)  # ... x 2N x m
+    out = (lhs @ rhs).flatten(-2)
+    if rest:
+        k = torch.arange(blocks * m, L, dtype=real_dtype, device=a.device)
+        tail = (a.unsqueeze(-1) * torch.exp(b_ * (k - shift))).sum(-2).real
+        out = torch.cat([out, tail], dim=-1)
+    return out

@@ -1,0 +1,35 @@
+import pytest
+import torch
+
+from ssm_fairseq.ssm.structured_products import cauchy, vandermonde
+
+
+def test_cauchy_matches_direct_sum_and_gradcheck():
+    v = torch.randn(4, 3, 5, dtype=torch.complex128, requires_grad=True)  # rows share the poles below
+    z = torch.randn(3, 7, dtype=torch.complex128, requires_grad=True)
+    w = torch.randn(1, 5, dtype=torch.complex128, requires_grad=True)
+    direct = (v.unsqueeze(-2) / (z.unsqueeze(-1) - w.unsqueeze(-2))).sum(-1)
+    torch.testing.assert_close(cauchy(v, z, w), direct)
+    assert torch.autograd.gradcheck(cauchy, (v, z, w))
+
+
+@pytest.mark.parametrize("L", [1, 2, 15, 16, 17, 50])
+def test_vandermonde_matches_direct_powers(L):
+    a = torch.randn(2, 3, 4, dtype=torch.complex128)
+    b = torch.complex(-torch.rand(3, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64))
+    b[0, 0] = 0.4 + 0.3j  # a growing row, offset by its largest position
+    shift = torch.zeros(3, 4, dtype=torch.float64)
+    shift[0, 0] = L - 1
+    k = torch.arange(L, dtype=torch.float64)
+    direct = (a.unsqueeze(-1) * torch.exp(b.unsqueeze(-1) * (k - shift.unsqueeze(-1)))).sum(-2).real
+    torch.testing.assert_close(vandermonde(a, b, L, shift), direct)
+
+
+def test_vandermonde_real_negative_bases_and_gradcheck():
+    dA = torch.tensor([[0.9, -0.7, 0.2]], dtype=torch.float64)
+    coef = torch.randn(1, 3, dtype=torch.float64, requires_grad=True)
+    direct = (coef.unsqueeze(-1) * dA.unsqueeze(-1) ** torch.arange(10)).sum(-2)
+    log_dA = torch.log(dA.to(torch.complex128))
+    torch.testing.assert_close(vandermonde(coef, log_dA, 10), direct)
+    b = (torch.randn(2, 3, dtype=torch.complex128) * 0.1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda c, b: vandermonde(c, b, 11), (coef, b))
