@@ -12,15 +12,20 @@ def convolution_output(kernel, u):
     return fft_conv(u, K, D)
 
 
+def kernel_input_and_output(name, dtype, batch, L):
+    """A small kernel, a random ``batch x H x L`` input, its convolution output and the kernel's recurrence."""
+    kernel = make_kernel(name, L, dtype)
+    u = torch.randn(batch, kernel.channels, L, dtype=dtype)
+    with torch.no_grad():
+        return kernel, u, convolution_output(kernel, u), kernel.recurrence(L)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", sorted(KERNEL_CASES))
 def test_step_mode_equals_convolution(name, dtype):
     L = 48
-    kernel = make_kernel(name, L, dtype)
-    u = torch.randn(2, kernel.channels, L, dtype=dtype)
+    kernel, u, expected, rec = kernel_input_and_output(name, dtype, 2, L)
     with torch.no_grad():
-        expected = convolution_output(kernel, u)
-        rec = kernel.recurrence(L)
         state = rec.initial_state(2)
         steps = []
         for k in range(L):
@@ -34,12 +39,8 @@ def test_step_mode_equals_convolution(name, dtype):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", sorted(KERNEL_CASES))
 def test_chunks_continue_from_state(name, dtype):
-    L = 60
-    kernel = make_kernel(name, L, dtype)
-    u = torch.randn(3, kernel.channels, L, dtype=dtype)
+    kernel, u, expected, rec = kernel_input_and_output(name, dtype, 3, 60)
     with torch.no_grad():
-        expected = convolution_output(kernel, u)
-        rec = kernel.recurrence(L)
         state = rec.initial_state(3)
         pieces = []
         for piece in u.split([25, 1, 34], dim=-1):
