@@ -1,0 +1,2 @@
+"""fairseq criterions: importing this registers them."""
+from . import transducer  # noqa: F401

@@ -1,0 +1,119 @@
+"""The ``transducer`` criterion: RNN-T loss, optional auxiliary CTC, fairseq logging.
+
+Utterances that cannot be scored (encoder output shorter than one frame, non-finite loss) are counted in
+``dropped``, logged by sample id and left out of the step; they never turn into a NaN update.
+"""
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from torch import Tensor
+
+from ..modules.rnnt_loss import transducer_loss
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TransducerCriterionConfig(FairseqDataclass):
+    rnnt_backend: ChoiceEnum(["auto", "torchaudio", "pytorch"]) = field(
+        default="auto", metadata={"help": "auto: torchaudio's fused rnnt_loss when it imports, else exact PyTorch"}
+    )
+    joint_sub_batch: int = field(
+        default=0,
+        metadata={"help": "compute joiner + loss this many utterances at a time to bound peak memory; 0: all"},
+    )
+    aux_ctc_weight: float = field(
+        default=0.3, metadata={"help": "weight of the auxiliary CTC losses (models built with --aux-ctc-every)"}
+    )
+
+
+def strip_eos(target: Tensor, lengths: Tensor, eos: int) -> tuple[Tensor, Tensor]:
+    """fairseq targets end with eos: drop it (``B x U`` and ``B`` in, same out)."""
+    has_eos = target.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1).eq(eos) & (lengths > 0)
+    return target, lengths - has_eos.long()
+
+
+@register_criterion("transducer", dataclass=TransducerCriterionConfig)
+class TransducerCriterion(FairseqCriterion):
+    def __init__(self, cfg: TransducerCriterionConfig, task):
+        super().__init__(task)
+        self.backend, self.sub_batch, self.aux_weight = cfg.rnnt_backend, cfg.joint_sub_batch, cfg.aux_ctc_weight
+        self.eos = task.target_dictionary.eos()
+
+    def forward(self, model, sample, reduce: bool = True):
+        net_input = sample["net_input"]
+        targets, target_lengths = strip_eos(sample["target"], sample["target_lengths"], self.eos)
+        encoder, predictor_out = model(net_input["src_tokens"], net_input["src_lengths"], targets, target_lengths)
+        encoder_lengths = encoder["encoder_lengths"]
+        losses, kept = transducer_loss(
+            model.joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths, target_lengths,
+            model.blank, self.backend, self.sub_batch,
+        )
+        self._report_dropped(sample["id"], kept, encoder_lengths)
+        rnnt = losses.sum()
+        # keep the graph connected (zero gradient) when every utterance of the batch was dropped
+        loss = rnnt + 0.0 * model.joiner.output.bias.sum()
+        aux = self._aux_ctc(model, encoder, targets, target_lengths, kept)
+        if aux is not None:
+            loss = loss + self.aux_weight * aux
+        n_kept = int(kept.sum())
+        sample_size = int(target_lengths[kept].sum())
+        logging_output = {
+            "loss": loss.detach(),
+            "rnnt_loss": rnnt.detach(),
+            "aux_ctc_loss": aux.detach() if aux is not None else 0.0,
+            "ntokens": sample_size,
+            "nsentences": n_kept,
+            "sample_size": sample_size,
+            "dropped": len(kept) - n_kept,
+        }
+        return loss, sample_size, logging_output
+
+    @staticmethod
+    def _report_dropped(ids: Tensor, kept: Tensor, encoder_lengths: Tensor) -> None:
+        for i in (~kept).nonzero().flatten().tolist():
+            reason = "encoder output has no frames" if encoder_lengths[i] < 1 else "loss is not finite"
+            logger.warning("dropped utterance id=%d from this step: %s", int(ids[i]), reason)
+
+    def _aux_ctc(self, model, encoder: dict, targets: Tensor, target_lengths: Tensor, kept: Tensor) -> Tensor | None:
+        """Mean over intermediate layers of the kept utterances' summed CTC losses.
+
+        Only kept utterances enter CTC (a dropped one may hold NaN); CTC cannot align an utterance with fewer
+        frames than labels plus repeats, so such an utterance adds zero (``zero_infinity``).
+        """
+        if model.aux_ctc is None or not encoder["intermediate"] or not kept.any():
+            return None
+        index = kept.nonzero().flatten()
+        lengths, targets, target_lengths = encoder["encoder_lengths"][index], targets[index], target_lengths[index]
+        layer_losses = []
+        for hidden in encoder["intermediate"]:
+            logits = model.aux_ctc(hidden.index_select(0, index)).float()
+            log_probs = F.log_softmax(logits, dim=-1).transpose(0, 1)  # T x B' x V
+            layer_losses.append(
+                F.ctc_loss(log_probs, targets, lengths, target_lengths, blank=model.blank, reduction="sum",
+                           zero_infinity=True)
+            )
+        return torch.stack(layer_losses).mean()
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        """Loss per target token in base 2, as fairseq reports it."""
+        total = lambda key: sum(log.get(key, 0) for log in logging_outputs)  # noqa: E731
+        sample_size = total("sample_size")
+        denominator = max(sample_size, 1) * math.log(2)
+        metrics.log_scalar("loss", total("loss") / denominator, sample_size, round=3)
+        metrics.log_scalar("rnnt_loss", total("rnnt_loss") / denominator, sample_size, round=3)
+        metrics.log_scalar("aux_ctc_loss", total("aux_ctc_loss") / denominator, sample_size, round=3)
+        metrics.log_scalar("dropped", total("dropped"), round=0)
+        metrics.log_scalar("nsentences", total("nsentences"), round=0)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

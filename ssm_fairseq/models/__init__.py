@@ -1,0 +1,2 @@
+"""fairseq models: importing this registers them."""
+from . import transducer  # noqa: F401

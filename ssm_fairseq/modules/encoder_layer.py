@@ -1,0 +1,106 @@
+"""Pre-norm encoder layers: the MSSM and Stateformer layers and the baselines of the MSSM paper's Table 2.
+
+Every layer is a chain of pre-norm residual blocks ``x + Dropout(Block(LN(x)))``:
+
+==============  ================================================================
+``mssm``        bidirectional MSSM block (Eq. 10), FFN
+``stateformer`` bidirectional MSSM block, self-attention, FFN (Fig. 3)
+``transformer`` self-attention, FFN
+``conformer``   convolution module (kernel 31), self-attention, FFN, LayerNorm
+                (convolution before attention, no macaron FFN, as in section 4.1)
+``s4``          bidirectional single-head S4-LegS block (GLU), FFN
+==============  ================================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from torch import Tensor, nn
+
+from .bidirectional_ssm import BidirectionalSSM
+from .conformer_convolution import ConformerConvolution
+from .feed_forward import FeedForward
+from .self_attention import SelfAttention
+
+LAYER_TYPES = ("mssm", "stateformer", "transformer", "conformer", "s4")
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """Hyperparameters shared by all layer types (defaults: the paper's base configuration)."""
+
+    dim: int = 512
+    ffn_dim: int = 2048
+    ffn_activation: str = "gelu"
+    attention_heads: int = 8
+    ssm_heads: int = 4
+    ssm_gating: str = "ihg"
+    ssm_stack: int = 2
+    ssm_state_size: int = 32
+    mssm_scale: float = 0.5
+    s4_state_size: int = 64
+    s4_l_max: int = 2048
+    conv_kernel_size: int = 31
+    dropout: float = 0.1
+
+    def widened(self, dim: int) -> LayerConfig:
+        """The same layer at another width (FFN kept at the same expansion)."""
+        return replace(self, dim=dim, ffn_dim=self.ffn_dim * dim // self.dim)
+
+
+def _mssm_block(cfg: LayerConfig) -> nn.Module:
+    return BidirectionalSSM(
+        cfg.dim, heads=cfg.ssm_heads, stack=cfg.ssm_stack, gating=cfg.ssm_gating, state_size=cfg.ssm_state_size,
+        kernel="mssm", dropout=cfg.dropout, scale=cfg.mssm_scale,
+    )
+
+
+def _s4_block(cfg: LayerConfig) -> nn.Module:
+    return BidirectionalSSM(
+        cfg.dim, heads=1, stack=1, gating="glu", state_size=cfg.s4_state_size, kernel="s4", dropout=cfg.dropout,
+        l_max=cfg.s4_l_max,
+    )
+
+
+def _blocks(layer_type: str, cfg: LayerConfig) -> list[nn.Module]:
+    attention = lambda: SelfAttention(cfg.dim, cfg.attention_heads, cfg.dropout)  # noqa: E731
+    ffn = FeedForward(cfg.dim, cfg.ffn_dim, cfg.ffn_activation, cfg.dropout)
+    if layer_type == "mssm":
+        return [_mssm_block(cfg), ffn]
+    if layer_type == "stateformer":
+        return [_mssm_block(cfg), attention(), ffn]
+    if layer_type == "transformer":
+        return [attention(), ffn]
+    if layer_type == "conformer":
+        return [ConformerConvolution(cfg.dim, cfg.conv_kernel_size, cfg.dropout), attention(), ffn]
+    if layer_type == "s4":
+        return [_s4_block(cfg), ffn]
+    raise ValueError(f"layer type must be one of {LAYER_TYPES}, got {layer_type!r}")
+
+
+class PreNormResidual(nn.Module):
+    """``x + Dropout(block(LayerNorm(x), padding_mask))``."""
+
+    def __init__(self, block: nn.Module, dim: int, dropout: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.block = block
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        return x + self.dropout(self.block(self.norm(x), padding_mask))
+
+
+class EncoderLayer(nn.Module):
+    """One encoder layer of type ``layer_type`` (see the module docstring): ``B x L x D -> B x L x D``."""
+
+    def __init__(self, layer_type: str, cfg: LayerConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList(PreNormResidual(b, cfg.dim, cfg.dropout) for b in _blocks(layer_type, cfg))
+        self.final_norm = nn.LayerNorm(cfg.dim) if layer_type == "conformer" else nn.Identity()
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames."""
+        for block in self.blocks:
+            x = block(x, padding_mask)
+        return self.final_norm(x)

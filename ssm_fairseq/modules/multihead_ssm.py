@@ -1,0 +1,107 @@
+"""The stacked multi-head SSM of one direction (MSSM paper sections 2.2, 3.2 and 3.3).
+
+One stage is ``f(u) = Linear(Act(SSM(u)))`` (Eq. 6); ``stack`` stages with separate parameters are chained
+(Fig. 1b). With ``heads > 1`` a ``Linear(D, D)`` projects the input first and its output is read as ``heads``
+groups of ``D / heads`` channels, each group one tied SSM kernel (Fig. 2a). Later stages take the previous
+stage's Linear output as their multi-head input, so the projection is paid once per direction.
+
+``Act`` is one of:
+  * ``ihg``: inter-head gating (Eq. 9), ``C = 2``: ``a^(h)_c = y^(h)_c * sigmoid(y^(h + H/2)_c)``, H even;
+  * ``glu``: gating inside a channel (Eq. 8), ``C = 2``: ``a = y_1 * sigmoid(y_2)``;
+  * ``gelu``: ``C = 1``.
+Both gated forms return ``D`` channels; ``ihg`` keeps the ``H/2`` gated heads' two outputs each.
+
+With ``output_linear=False`` the last stage stops after ``Act`` (the bidirectional block of Eq. 10 owns the
+final Linear). ``reverse=True`` runs the SSM anti-causally, which equals ``Rev(SSM(Rev(x)))`` on each
+sequence's own length: padding never reaches a real frame in either direction.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..ssm import MSSMKernel, S4Kernel, fft_conv
+
+GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
+
+
+def build_kernel(kernel: str, channels: int, out_channels: int, heads: int, state_size: int, **kwargs) -> nn.Module:
+    """``mssm``: one tied MSSM kernel per head; ``s4``: one S4-LegS kernel shared by all channels (one head)."""
+    if kernel == "mssm":
+        return MSSMKernel(channels, state_size, out_channels, heads=heads, **kwargs)
+    if kernel == "s4":
+        if heads != 1:
+            raise ValueError(f"the S4-LegS kernel is single-head, got heads={heads}")
+        return S4Kernel(channels, state_size, out_channels, **kwargs)
+    raise ValueError(f"kernel must be 'mssm' or 's4', got {kernel!r}")
+
+
+class MultiHeadSSM(nn.Module):
+    """Stacked multi-head SSM: ``B x L x D -> B x L x D``.
+
+    Args:
+        dim: ``D``.
+        heads: ``H`` (``D`` must be a multiple; even for ``ihg``).
+        stack: number of stages ``s``.
+        gating: ``ihg``, ``glu`` or ``gelu``.
+        state_size: state size of each kernel (``D_sh = 32`` for MSSM, 64 for S4).
+        kernel: ``mssm`` or ``s4``; ``kernel_args`` go to its constructor (``scale``; ``l_max``).
+        reverse: anti-causal direction.
+        output_linear: keep the last stage's Linear.
+        dropout: after each activation.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        stack: int = 1,
+        gating: str = "gelu",
+        state_size: int = 32,
+        kernel: str = "mssm",
+        reverse: bool = False,
+        output_linear: bool = True,
+        dropout: float = 0.0,
+        **kernel_args,
+    ):
+        super().__init__()
+        if gating not in GATINGS:
+            raise ValueError(f"gating must be one of {sorted(GATINGS)}, got {gating!r}")
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be a multiple of heads ({heads})")
+        if gating == "ihg" and heads % 2:
+            raise ValueError(f"inter-head gating needs an even number of heads, got {heads}")
+        if stack < 1:
+            raise ValueError(f"stack must be at least 1, got {stack}")
+        self.heads, self.gating, self.reverse = heads, gating, reverse
+        self.in_proj = nn.Linear(dim, dim) if heads > 1 else None
+        self.kernels = nn.ModuleList(
+            build_kernel(kernel, dim, GATINGS[gating], heads, state_size, **kernel_args) for _ in range(stack)
+        )
+        n_linear = stack if output_linear else stack - 1
+        self.linears = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_linear))
+        self.dropout = nn.Dropout(dropout)
+
+    def activate(self, y: Tensor) -> Tensor:
+        """``B x C x D x L`` SSM outputs -> ``B x D x L``."""
+        if self.gating == "gelu":
+            return F.gelu(y[:, 0])
+        if self.gating == "glu":
+            return y[:, 0] * torch.sigmoid(y[:, 1])
+        B, C, D, L = y.shape
+        y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
+        return (y[:, :, 0] * torch.sigmoid(y[:, :, 1])).reshape(B, D, L)
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``."""
+        if self.in_proj is not None:
+            x = self.in_proj(x)
+        L = x.shape[1]
+        for i, kernel in enumerate(self.kernels):
+            K, D = kernel(L)
+            y = fft_conv(x.transpose(1, 2), K, D, padding_mask, reverse=self.reverse)
+            x = self.dropout(self.activate(y)).transpose(1, 2)
+            if i < len(self.linears):
+                x = self.linears[i](x)
+        return x

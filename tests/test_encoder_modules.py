@@ -1,0 +1,128 @@
+"""MSSM blocks, encoder layers and sub-samplers: gating, direction, padding invariance."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from ssm_fairseq.modules.bidirectional_ssm import BidirectionalSSM
+from ssm_fairseq.modules.encoder_layer import LAYER_TYPES, LayerConfig
+from ssm_fairseq.modules.multihead_ssm import MultiHeadSSM
+from ssm_fairseq.modules.speech_encoder import SpeechEncoder
+from ssm_fairseq.modules.subsampling import SUBSAMPLERS, ConvSubsampler, time_reduction
+
+SMALL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4, s4_state_size=8,
+                    s4_l_max=256, dropout=0.0)
+
+
+def _direct_conv(u, K, D, reverse=False):
+    """``B x H x L`` input, ``C x H x L`` kernel -> ``B x C x H x L`` by explicit sums over taps."""
+    L = u.shape[-1]
+    y = torch.zeros(u.shape[0], K.shape[0], u.shape[1], L, dtype=u.dtype)
+    for k in range(L):
+        taps = range(k, L) if reverse else range(k + 1)
+        for j in taps:
+            y[..., k] += K[None, :, :, abs(k - j)] * u[:, None, :, j]
+    return y + D[None, :, :, None] * u[:, None]
+
+
+@pytest.mark.parametrize("gating", ["ihg", "glu", "gelu"])
+def test_multihead_ssm_stage_equals_its_definition(gating):
+    ssm = MultiHeadSSM(8, heads=4, stack=1, gating=gating, state_size=4).double()
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    u = ssm.in_proj(x).transpose(1, 2)
+    K, D = ssm.kernels[0](9)
+    y = _direct_conv(u, K, D)  # B x C x 8 x L; head h holds channels 2h, 2h+1
+    if gating == "gelu":
+        a = torch.nn.functional.gelu(y[:, 0])
+    elif gating == "glu":
+        a = y[:, 0] * torch.sigmoid(y[:, 1])
+    else:  # Eq. 9: head h (h < 2) gated by head h + 2, both outputs c; laid out as (c, h, channel)
+        a = torch.stack([y[:, c, 2 * h + n] * torch.sigmoid(y[:, c, 2 * (h + 2) + n])
+                         for c in range(2) for h in range(2) for n in range(2)], dim=1)
+    expected = ssm.linears[0](a.transpose(1, 2))
+    assert torch.allclose(ssm(x), expected, atol=1e-10)
+
+
+def test_stacked_stages_have_separate_parameters_and_one_projection():
+    ssm = MultiHeadSSM(8, heads=4, stack=3, gating="ihg", state_size=4)
+    assert len(ssm.kernels) == 3 and len(ssm.linears) == 3 and ssm.in_proj is not None
+    assert ssm.kernels[0].C.data_ptr() != ssm.kernels[1].C.data_ptr()
+    assert MultiHeadSSM(8, heads=1).in_proj is None
+
+
+def test_directions_are_causal_and_anticausal():
+    torch.manual_seed(1)
+    forward = MultiHeadSSM(8, heads=2, stack=2, gating="ihg").double()
+    backward = MultiHeadSSM(8, heads=2, reverse=True).double()
+    x = torch.randn(1, 20, 8, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 12:] = torch.randn(1, 8, 8)
+    assert torch.allclose(forward(x)[:, :12], forward(x2)[:, :12], atol=1e-10)
+    assert not torch.allclose(forward(x)[:, 12:], forward(x2)[:, 12:], atol=1e-3)
+    x3 = x.clone()
+    x3[:, :5] = torch.randn(1, 5, 8)
+    assert torch.allclose(backward(x)[:, 5:], backward(x3)[:, 5:], atol=1e-10)
+    assert not torch.allclose(backward(x)[:, :5], backward(x3)[:, :5], atol=1e-3)
+
+
+def test_backward_branch_is_the_reversed_forward_ssm_of_the_reversed_input():
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4)
+    mirror = MultiHeadSSM(8, heads=2, stack=2, gating="ihg", state_size=4, output_linear=False)
+    mirror.load_state_dict(block.backward_ssm.state_dict())
+    x = torch.randn(2, 15, 8)
+    assert torch.allclose(block.backward_ssm(x), mirror(x.flip(1)).flip(1), atol=1e-5)
+
+
+def test_bad_configurations_are_rejected():
+    with pytest.raises(ValueError, match="even number of heads"):
+        MultiHeadSSM(9, heads=3, gating="ihg")
+    with pytest.raises(ValueError, match="multiple of heads"):
+        MultiHeadSSM(10, heads=4)
+    with pytest.raises(ValueError, match="single-head"):
+        MultiHeadSSM(8, heads=2, kernel="s4", gating="glu")
+
+
+def _encoder(layer_type, subsampler):
+    return SpeechEncoder(layer_type, 2, SMALL, input_dim=20, subsampler=subsampler, conv_channels=4,
+                         positions=layer_type == "transformer").eval()
+
+
+@pytest.mark.parametrize("layer_type,subsampler", list(itertools.product(LAYER_TYPES, SUBSAMPLERS)))
+def test_encoder_output_is_the_same_alone_and_padded_in_a_batch(layer_type, subsampler):
+    encoder = _encoder(layer_type, subsampler)
+    lengths = torch.tensor([41, 66, 23])
+    features = torch.randn(3, 66, 20) * 5  # padded frames hold large random values, not zeros
+    with torch.no_grad():
+        batch = encoder(features, lengths)
+        for i, n in enumerate(lengths.tolist()):
+            alone = encoder(features[i : i + 1, :n], lengths[i : i + 1])
+            m = int(alone["encoder_lengths"])
+            assert batch["encoder_lengths"][i] == m and not batch["padding_mask"][i, :m].any()
+            assert batch["padding_mask"][i, m:].all()
+            assert torch.allclose(batch["encoder_out"][i, :m], alone["encoder_out"][0], atol=1e-4), (i, n)
+
+
+@pytest.mark.parametrize("T", range(1, 16))
+def test_conv_subsampler_lengths_match_its_convolutions(T):
+    sub = ConvSubsampler(20, 8, channels=2)
+    x, lengths, mask = sub(torch.randn(1, max(T, 7), 20), torch.tensor([T]))
+    alone_frames = sub.convs(torch.randn(1, 1, T, 20)).shape[2] if T >= 7 else 0
+    assert int(lengths) == alone_frames and mask.shape[1] == x.shape[1]
+
+
+def test_time_reduction_stacks_frames_and_zero_fills_the_last_group():
+    x = torch.arange(2 * 7 * 1.0).view(2, 7, 1) + 1
+    y, lengths = time_reduction(x, torch.tensor([7, 5]), 3)
+    assert lengths.tolist() == [3, 2] and y.shape == (2, 3, 3)
+    assert y[0, 2].tolist() == [7.0, 0.0, 0.0]
+    assert y[1, 1].tolist() == [11.0, 12.0, 0.0]
+
+
+def test_multiscale_subsampler_reduces_by_four_with_ssm_layers_at_two_scales():
+    encoder = _encoder("mssm", "ms")
+    widths = [layers[0].blocks[0].norm.normalized_shape[0] for layers in encoder.subsampler.scales]
+    assert widths == [8, 16] and [len(s) for s in encoder.subsampler.scales] == [2, 4]
+    out = encoder(torch.randn(1, 33, 20), torch.tensor([33]))
+    assert out["encoder_out"].shape == (1, 9, 32)
