@@ -12,7 +12,7 @@ from ssm_fairseq.modules.multihead_ssm import MultiHeadSSM
 from ssm_fairseq.modules.speech_encoder import SpeechEncoder
 from ssm_fairseq.modules.subsampling import SUBSAMPLERS, ConvSubsampler, time_reduction
 
-SMALL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4, s4_state_size=8,
+SMALL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4,
                     s4_l_max=256, dropout=0.0)
 
 

@@ -21,7 +21,7 @@ ARCHITECTURES = (
 # small widths for fast tests; each architecture keeps its layer type, sub-sampler and gating
 SMALL = (
     "--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--ssm-state-size", "4", "--s4-state-size", "8",
+    "--encoder-attention-heads", "4", "--ssm-state-size", "4",
     "--conv-subsampler-channels", "4", "--predictor-embed-dim", "16", "--predictor-hidden-dim", "16",
     "--predictor-layers", "2", "--joint-dim", "24", "--max-source-positions", "512", "--dropout", "0",
     "--predictor-dropout", "0",

@@ -37,12 +37,13 @@ class TransducerConfig(FairseqDataclass):
         default="ihg", metadata={"help": "ihg: inter-head gating (Eq. 9); glu: gating within a channel; gelu"}
     )
     ssm_stack: int = field(default=2, metadata={"help": "stacked SSM stages per MSSM block (Fig. 1b)"})
-    ssm_state_size: int = field(default=32, metadata={"help": "MSSM state size D_sh"})
+    ssm_state_size: int = field(default=32, metadata={"help": "state size D_sh of the MSSM and S4 kernels"})
     mssm_scale: float = field(default=0.5, metadata={"help": "MSSM init: z_Lambda ~ N(ln(scale), 1)"})
-    s4_state_size: int = field(default=64, metadata={"help": "S4-LegS state size N (s4 encoder)"})
     conv_kernel_size: int = field(default=31, metadata={"help": "Conformer depthwise kernel size"})
     subsampler: ChoiceEnum(SUBSAMPLERS) = field(default="ms", metadata={"help": "conv, tr or ms (multi-scale)"})
-    conv_subsampler_channels: int = field(default=512, metadata={"help": "channels of the conv sub-sampler"})
+    conv_subsampler_channels: int = field(
+        default=64, metadata={"help": "channels of the conv sub-sampler's two Conv2d (its output is always D)"}
+    )
     tr_stride: int = field(default=4, metadata={"help": "frames stacked by the tr sub-sampler"})
     encoder_positions: bool = field(default=False, metadata={"help": "add sinusoidal positions after sub-sampling"})
     input_feat_per_channel: int = field(default=80, metadata={"help": "filterbank bins"})
@@ -89,7 +90,6 @@ class TransducerModel(BaseFairseqModel):
             ssm_stack=cfg.ssm_stack,
             ssm_state_size=cfg.ssm_state_size,
             mssm_scale=cfg.mssm_scale,
-            s4_state_size=cfg.s4_state_size,
             s4_l_max=-(-cfg.max_source_positions // subsampling_stride(cfg.subsampler, cfg.tr_stride)),
             conv_kernel_size=cfg.conv_kernel_size,
             dropout=cfg.dropout,
@@ -189,5 +189,5 @@ def conformer_transducer(args):
 
 @register_model_architecture("transducer", "s4_transducer")
 def s4_transducer(args):
-    """Table 2, 78.8M: 20 layers with a bidirectional S4-LegS block in place of attention, conv sub-sampler."""
+    """Table 2, 78.8M: 20 layers, a bidirectional single-head S4-LegS block (stack 2, N = 32) for attention."""
     _set_defaults(args, encoder_type="s4", encoder_layers=20, subsampler="conv")

@@ -8,7 +8,7 @@ Every layer is a chain of pre-norm residual blocks ``x + Dropout(Block(LN(x)))``
 ``transformer`` self-attention, FFN
 ``conformer``   convolution module (kernel 31), self-attention, FFN, LayerNorm
                 (convolution before attention, no macaron FFN, as in section 4.1)
-``s4``          bidirectional single-head S4-LegS block (GLU), FFN
+``s4``          bidirectional single-head S4-LegS block (GLU, same stacking and state size), FFN
 ==============  ================================================================
 """
 from __future__ import annotations
@@ -38,7 +38,6 @@ class LayerConfig:
     ssm_stack: int = 2
     ssm_state_size: int = 32
     mssm_scale: float = 0.5
-    s4_state_size: int = 64
     s4_l_max: int = 2048
     conv_kernel_size: int = 31
     dropout: float = 0.1
@@ -57,8 +56,8 @@ def _mssm_block(cfg: LayerConfig) -> nn.Module:
 
 def _s4_block(cfg: LayerConfig) -> nn.Module:
     return BidirectionalSSM(
-        cfg.dim, heads=1, stack=1, gating="glu", state_size=cfg.s4_state_size, kernel="s4", dropout=cfg.dropout,
-        l_max=cfg.s4_l_max,
+        cfg.dim, heads=1, stack=cfg.ssm_stack, gating="glu", state_size=cfg.ssm_state_size, kernel="s4",
+        dropout=cfg.dropout, l_max=cfg.s4_l_max,
     )
 
 

@@ -40,7 +40,7 @@ class SpeechEncoder(nn.Module):
         cfg: LayerConfig,
         input_dim: int = 80,
         subsampler: str = "ms",
-        conv_channels: int = 512,
+        conv_channels: int = 64,
         tr_stride: int = 4,
         positions: bool = False,
         intermediate_every: int = 0,
