@@ -8,26 +8,20 @@ Layers compared (batch 1, width 256, forward + backward):
 * ``attention``: in-projection to q, k, v, ``scaled_dot_product_attention`` with 8 heads, out-projection.
 
 A second table measures kernel generation alone at L = 16k (forward + backward) against a naive
-implementation that materialises the ``H x N x L`` Vandermonde matrix. Peak memory is measured with
-``torch.cuda.max_memory_allocated`` on a GPU and with a tracing allocator hook (``tracemalloc`` cannot see
-torch's allocations) on CPU: the process's peak resident set size growth, sampled per run in a fresh
-subprocess so that runs do not share a high-water mark.
+implementation that materialises the ``H x N x L`` Vandermonde matrix. Time and peak memory are measured
+as ``measurement.py`` describes (each configuration in fresh interpreters).
 """
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
-import os
-import subprocess
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from measurement import in_subprocess, measure
 from ssm_fairseq.ssm import MSSMKernel, S4Kernel, fft_conv
 
 WIDTH, HEADS, MSSM_HEADS = 256, 8, 4
@@ -95,22 +89,7 @@ def build(name: str, L: int) -> tuple[nn.Module, bool]:
     raise ValueError(name)
 
 
-def read_status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def reset_peak_rss() -> int:
-    """Reset the peak RSS to the current RSS (Linux) and return it in KiB."""
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return read_status_kib("VmRSS")
-
-
-def measure(name: str, L: int, device: str, repeats: int, what: str) -> dict:
+def measure_layer(name: str, L: int, device: str, repeats: int, what: str) -> dict:
     """Seconds per forward+backward (best of ``repeats``) or peak memory in MiB above the baseline."""
     torch.manual_seed(0)
     module, takes_sequence = build(name, L)
@@ -123,44 +102,12 @@ def measure(name: str, L: int, device: str, repeats: int, what: str) -> dict:
             out = module(L)[0]
         out.float().square().mean().backward()
 
-    cuda = device == "cuda"
-    run()  # warm-up: one-time allocations (FFT plans, thread pools) are not the layer's memory
-    gc.collect()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = reset_peak_rss()
-    run()
-    if cuda:
-        torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    else:
-        peak = (read_status_kib("VmHWM") - base) / 2**10
-    if what == "memory":
-        return {"peak_mib": peak}
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return {"seconds": min(times)}
+    return measure(run, device, repeats, what)
 
 
 def measure_in_subprocess(name: str, L: int, device: str, repeats: int, threads: int) -> dict:
-    """Time and memory, each measured in a fresh interpreter (memory with the fixed mmap threshold, which
-    slows allocation down and so is kept out of the timing run)."""
-    result = {}
-    for what in ("time", "memory"):
-        cmd = [sys.executable, __file__, "--one", name, str(L), "--device", device, "--repeats", str(repeats),
-               "--threads", str(threads), "--what", what]
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536") if what == "memory" else None
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        result.update(json.loads(out.strip().splitlines()[-1]))
-    return result
+    return in_subprocess(__file__, ["--one", name, str(L), "--device", device, "--repeats", str(repeats),
+                                    "--threads", str(threads)])
 
 
 def fitted_exponent(lengths: list[int], seconds: list[float]) -> float:
@@ -182,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.one:
-        print(json.dumps(measure(args.one[0], int(args.one[1]), args.device, args.repeats, args.what)))
+        print(json.dumps(measure_layer(args.one[0], int(args.one[1]), args.device, args.repeats, args.what)))
         return
 
     layers = ["S4", "MSSM", "attention"]

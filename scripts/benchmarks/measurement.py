@@ -1,0 +1,79 @@
+"""Time and peak memory of one forward+backward, shared by the benchmark scripts.
+
+Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU. On CPU (``tracemalloc`` cannot see torch's
+allocations) it is the growth of the process's peak resident set size (Linux ``/proc``), measured in a fresh
+interpreter per configuration so that runs do not share a high-water mark, with glibc's mmap threshold fixed
+(``MALLOC_MMAP_THRESHOLD_``) so that freed large buffers return to the system. That setting slows allocation
+down, so time is measured in a separate interpreter without it.
+
+A benchmark script calls ``in_subprocess(__file__, [...])`` for each configuration; the child, started with
+``--what time|memory`` and the given arguments, calls ``measure(run, device, repeats, what)`` and prints its
+JSON result as its last line.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak_rss() -> int:
+    """Reset the peak RSS to the current RSS and return it in KiB."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return _status_kib("VmRSS")
+
+
+def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> dict:
+    """``{"seconds": best of repeats}`` or ``{"peak_mib": peak memory above the baseline}`` of ``run()``.
+
+    ``run`` is called once first as a warm-up (one-time allocations such as FFT plans are not its memory).
+    """
+    cuda = device.startswith("cuda")
+    run()
+    gc.collect()
+    if what == "memory":
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        else:
+            base = _reset_peak_rss()
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+            return {"peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
+        return {"peak_mib": (_status_kib("VmHWM") - base) / 2**10}
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return {"seconds": min(times)}
+
+
+def in_subprocess(script: str, args: list[str]) -> dict:
+    """Run ``script --what time ARGS`` and ``script --what memory ARGS`` in fresh interpreters; merged JSON."""
+    result = {}
+    for what in ("time", "memory"):
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536") if what == "memory" else None
+        cmd = [sys.executable, script, "--what", what, *args]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        result.update(json.loads(out.strip().splitlines()[-1]))
+    return result
