@@ -1,0 +1,172 @@
+"""The ``spade_lm`` language model: SPADE global layers at the bottom, local-attention layers above.
+
+SPADE paper sections 3.2 and 4.2, appendix C.3. No positional embeddings (the SSM and the causal local
+attention supply order). Incremental decoding runs the SSM in step mode and keeps only the attention window,
+so every generated token costs the same whatever the context length.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq import utils
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import (
+    FairseqIncrementalDecoder,
+    FairseqLanguageModel,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.modules import AdaptiveInput, AdaptiveSoftmax
+from fairseq.utils import safe_getattr
+from omegaconf import II
+from torch import Tensor, nn
+
+from ..modules.causal_ssm import SSM_CHOICES
+from ..modules.feed_forward import ACTIVATIONS
+from ..modules.spade_layer import SpadeLayer
+
+
+@dataclass
+class SpadeLMConfig(FairseqDataclass):
+    decoder_embed_dim: int = field(default=512, metadata={"help": "model width"})
+    decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "FFN hidden width"})
+    decoder_layers: int = field(default=6, metadata={"help": "number of layers"})
+    decoder_attention_heads: int = field(default=8, metadata={"help": "local attention heads"})
+    attention_window: int = field(default=128, metadata={"help": "window w (previous w tokens) or chunk size"})
+    local_attention: ChoiceEnum(["window", "chunk"]) = field(default="window", metadata={"help": "local attention"})
+    global_layers: int = field(default=1, metadata={"help": "the bottom k layers are global (SSM + local)"})
+    ssm: ChoiceEnum(list(SSM_CHOICES)) = field(default="s4", metadata={"help": "SSM of the global layers"})
+    ssm_state_size: int = field(default=64, metadata={"help": "SSM state size N"})
+    ssm_heads: int = field(default=1, metadata={"help": "heads of the mssm kernel"})
+    train_ssm_ab: bool = field(default=False, metadata={"help": "train S4's A and B (SPADE freezes them)"})
+    activation_fn: ChoiceEnum(list(ACTIVATIONS)) = field(default="gelu", metadata={"help": "FFN activation"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout"})
+    attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention weights"})
+    no_scale_embedding: bool = field(default=False, metadata={"help": "do not scale embeddings by sqrt(dim)"})
+    share_decoder_input_output_embed: bool = field(default=False, metadata={"help": "tie input/output embeddings"})
+    adaptive_input: bool = field(default=False, metadata={"help": "adaptive input embeddings"})
+    adaptive_input_factor: float = field(default=4, metadata={"help": "adaptive input factor"})
+    adaptive_input_cutoff: Optional[str] = field(default=None, metadata={"help": "comma separated cutoffs"})
+    adaptive_softmax_cutoff: Optional[str] = field(default=None, metadata={"help": "comma separated cutoffs"})
+    adaptive_softmax_dropout: float = field(default=0.0, metadata={"help": "adaptive softmax tail dropout"})
+    adaptive_softmax_factor: float = field(default=4, metadata={"help": "adaptive softmax factor"})
+    tie_adaptive_weights: bool = field(default=False, metadata={"help": "tie adaptive input and softmax weights"})
+    tie_adaptive_proj: bool = field(default=False, metadata={"help": "tie adaptive projections too"})
+    tokens_per_sample: int = II("task.tokens_per_sample")
+    max_target_positions: Optional[int] = II("task.max_target_positions")
+
+
+@register_model("spade_lm", dataclass=SpadeLMConfig)
+class SpadeLanguageModel(FairseqLanguageModel):
+    """Architecture ``spade_lm`` (the config's defaults): 6 layers of 512, FFN 2048, 8 heads, window 128, a
+    frozen S4-LegS (N = 64) global layer at the bottom."""
+
+    @classmethod
+    def build_model(cls, cfg: SpadeLMConfig, task) -> "SpadeLanguageModel":
+        dictionary = task.source_dictionary
+        if cfg.adaptive_input:
+            embed_tokens = AdaptiveInput(
+                len(dictionary), dictionary.pad(), cfg.decoder_embed_dim, cfg.adaptive_input_factor,
+                cfg.decoder_embed_dim, utils.eval_str_list(cfg.adaptive_input_cutoff, type=int),
+            )
+        else:
+            embed_tokens = nn.Embedding(len(dictionary), cfg.decoder_embed_dim, dictionary.pad())
+            nn.init.normal_(embed_tokens.weight, mean=0, std=cfg.decoder_embed_dim**-0.5)
+            nn.init.constant_(embed_tokens.weight[dictionary.pad()], 0)
+        return cls(SpadeDecoder(cfg, task.target_dictionary, embed_tokens))
+
+
+class SpadeDecoder(FairseqIncrementalDecoder):
+    """Tokens ``B x L`` -> logits ``B x L x V`` (or adaptive-softmax features), with incremental decoding."""
+
+    def __init__(self, cfg: SpadeLMConfig, dictionary, embed_tokens: nn.Module):
+        super().__init__(dictionary)
+        dim = cfg.decoder_embed_dim
+        self.embed_tokens = embed_tokens
+        self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(dim)
+        self.padding_idx = dictionary.pad()
+        self.max_target_positions = cfg.max_target_positions or cfg.tokens_per_sample
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(
+            SpadeLayer(
+                dim, cfg.decoder_ffn_embed_dim, cfg.decoder_attention_heads, cfg.attention_window,
+                cfg.local_attention, causal=True, ssm=cfg.ssm if i < cfg.global_layers else None,
+                ssm_state_size=cfg.ssm_state_size, l_max=cfg.tokens_per_sample, frozen_ssm=not cfg.train_ssm_ab,
+                ssm_heads=cfg.ssm_heads, dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+                activation=cfg.activation_fn,
+            )
+            for i in range(cfg.decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(dim)
+        self.adaptive_softmax = None
+        if cfg.adaptive_softmax_cutoff is not None:
+            self.adaptive_softmax = AdaptiveSoftmax(
+                len(dictionary), dim, utils.eval_str_list(cfg.adaptive_softmax_cutoff, type=int),
+                dropout=cfg.adaptive_softmax_dropout, adaptive_inputs=embed_tokens if cfg.tie_adaptive_weights else None,
+                factor=cfg.adaptive_softmax_factor, tie_proj=cfg.tie_adaptive_proj,
+            )
+        elif cfg.share_decoder_input_output_embed:
+            self.output_projection = nn.Linear(dim, len(dictionary), bias=False)
+            self.output_projection.weight = embed_tokens.weight
+        else:
+            self.output_projection = nn.Linear(dim, len(dictionary), bias=False)
+            nn.init.normal_(self.output_projection.weight, mean=0, std=dim**-0.5)
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out=None, incremental_state=None, features_only=False,
+                **kwargs):
+        x = self.extract_features(prev_output_tokens, incremental_state)
+        return (x if features_only else self.output_layer(x)), {"attn": [None], "inner_states": [x]}
+
+    def extract_features(self, tokens: Tensor, incremental_state=None) -> Tensor:
+        """``B x L`` tokens -> ``B x L x D``. Incrementally, ``tokens`` is the whole prefix so far (fairseq's
+        convention) and only the positions not seen before are computed."""
+        caches = None
+        if incremental_state is not None:
+            state = self.get_incremental_state(incremental_state, "spade")
+            if state is None:
+                state = {"seen": 0, "layers": [{} for _ in self.layers]}
+                self.set_incremental_state(incremental_state, "spade", state)
+            tokens, caches = tokens[:, state["seen"]:], state["layers"]
+            state["seen"] += tokens.shape[1]
+        padding_mask = tokens.eq(self.padding_idx)
+        padding_mask = padding_mask if caches is None and padding_mask.any() else None
+        x = self.dropout(self.embed_scale * self.embed_tokens(tokens))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, padding_mask, None if caches is None else caches[i])
+        return self.final_norm(x)
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return features if self.adaptive_softmax is not None else self.output_projection(features)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
+        state = self.get_incremental_state(incremental_state, "spade")
+        if state is not None:
+            for layer, cache in zip(self.layers, state["layers"]):
+                layer.reorder_cache(cache, new_order)
+
+
+def _set_defaults(args, **defaults) -> None:
+    for name, value in defaults.items():
+        setattr(args, name, safe_getattr(args, name, value))
+
+
+@register_model_architecture("spade_lm", "spade_lm_wiki103")
+def spade_lm_wiki103(args):
+    """SPADE appendix C.3 on Baevski & Auli (2019): 16 layers of 1024, FFN 4096, 8 heads, adaptive input and
+    softmax (cutoffs 20000,60000), dropout 0.3, window 512, frozen S4-LegS (N = 64) in the bottom layer."""
+    _set_defaults(
+        args, decoder_layers=16, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_attention_heads=8,
+        attention_window=512, dropout=0.3, attention_dropout=0.1, adaptive_input=True, tie_adaptive_weights=True,
+        tie_adaptive_proj=True, adaptive_input_cutoff="20000,60000", adaptive_softmax_cutoff="20000,60000",
+        adaptive_softmax_dropout=0.2, no_scale_embedding=True, global_layers=1, ssm="s4", ssm_state_size=64,
+    )
+
+
+@register_model_architecture("spade_lm", "local_lm_wiki103")
+def local_lm_wiki103(args):
+    """The local-only baseline: ``spade_lm_wiki103`` without global layers (window attention only)."""
+    _set_defaults(args, global_layers=0)
+    spade_lm_wiki103(args)

@@ -1,0 +1,123 @@
+"""Local multi-head self-attention (sliding window or chunk) for SPADE's local layers."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MODES = ("window", "chunk")
+
+
+def _pad_seq(t: Tensor, before: int, after: int) -> Tensor:
+    """Zero- (or False-) pad dim 2 of a ``B x H x L x C`` tensor: ``B x H x (before + L + after) x C``."""
+    return F.pad(t, (0, 0, before, after))
+
+
+def _scores(q: Tensor, k: Tensor) -> Tensor:
+    """Block scores: ``q`` ``B x H x nb x w x hd``, ``k`` ``B x H x nb x hd x span`` -> ``B x H x nb x w x span``."""
+    return torch.einsum("bhnqd,bhndk->bhnqk", q, k)
+
+
+class LocalAttention(nn.Module):
+    """Multi-head self-attention restricted to a local neighbourhood: ``B x L x D -> B x L x D``.
+
+    ``mode="window"``: query ``i`` attends keys ``j`` with ``|i - j| <= window`` (causal: ``i - window <= j <= i``).
+    ``mode="chunk"``: the sequence is cut into consecutive chunks of ``window`` tokens and query ``i`` attends the
+    keys of its own chunk (causal: only those with ``j <= i``).
+
+    Memory: the sequence is split into ``nb = ceil(L / window)`` blocks of ``window`` queries, each scored only
+    against a span of ``c * window`` keys (``c`` = 3 for bidirectional window, 2 for causal window, 1 for chunk),
+    so scores and masks are ``B x H x nb x window x c*window``: ``O(B * heads * L * window)``, never ``L x L``.
+    Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (``O(B * D * window)``)
+    and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
+    """
+
+    def __init__(
+        self, dim: int, heads: int, window: int, mode: str = "window", causal: bool = False, dropout: float = 0.0
+    ):
+        super().__init__()
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be a multiple of attention heads ({heads})")
+        if mode not in MODES:
+            raise ValueError(f"unknown local attention mode {mode!r}; expected one of {MODES}")
+        self.heads, self.window, self.mode, self.causal, self.dropout = heads, window, mode, causal, dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``key_padding_mask``: ``B x L``, True at padded positions.
+
+        With ``cache`` (a dict owned by the caller, initially ``{}``; causal only, no padding mask) ``x`` holds
+        the ``n`` tokens that follow everything fed before; the cache is updated in place.
+        """
+        if cache is not None and not self.causal:
+            raise ValueError("incremental decoding (cache) requires causal=True")
+        if cache is not None and key_padding_mask is not None:
+            raise ValueError("key_padding_mask is not supported together with cache")
+        B, n, D = x.shape
+        q, k, v = self.qkv(x).view(B, n, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        if cache is None:
+            y = self._attend(q, k, v, None if key_padding_mask is None else ~key_padding_mask)
+        else:
+            y = self._attend_cached(q, k, v, cache)
+        return self.out_proj(y.transpose(1, 2).reshape(B, n, D))
+
+    def _rule(self, span: int, device: torch.device) -> Tensor:
+        """``window x span`` bool: may query ``s`` of a block attend slot ``t`` of the block's key span?"""
+        w = self.window
+        s = torch.arange(w, device=device)[:, None]
+        t = torch.arange(span, device=device)[None, :]
+        dist = s + (w if self.mode == "window" else 0) - t  # i - j; in chunk mode always |i - j| < w
+        return (dist >= (0 if self.causal else -w)) & (dist <= w)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor | None) -> Tensor:
+        """Blocked local attention over aligned ``q``, ``k``, ``v`` (``B x H x L x hd``) -> ``B x H x L x hd``.
+
+        Position 0 must lie on a chunk boundary. ``key_ok``: ``B x L``, True at real keys (None: all real).
+        """
+        B, H, L, hd = q.shape
+        w = self.window
+        nb = -(-L // w)
+        extra = nb * w - L
+        before = w if self.mode == "window" else 0
+        ahead = w if self.mode == "window" and not self.causal else 0
+        span = before + w + ahead
+        if key_ok is None:
+            key_ok = torch.ones(B, L, dtype=torch.bool, device=q.device)
+        ok = _pad_seq(key_ok[:, None, :, None], before, extra + ahead).unfold(2, span, w)  # B x 1 x nb x 1 x span
+        kb = _pad_seq(k, before, extra + ahead).unfold(2, span, w)  # B x H x nb x hd x span
+        vb = _pad_seq(v, before, extra + ahead).unfold(2, span, w)
+        qb = _pad_seq(q, 0, extra).view(B, H, nb, w, hd)
+        scores = _scores(qb, kb) * hd**-0.5
+        mask = self._rule(span, q.device) & ok  # B x 1 x nb x w x span
+        # finfo.min rather than -inf: rows without any key (padding) stay finite.
+        probs = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+        probs = F.dropout(probs, self.dropout, self.training)
+        y = torch.einsum("bhnqk,bhndk->bhnqd", probs, vb)
+        return y.reshape(B, H, nb * w, hd)[:, :, :L]
+
+    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: dict) -> Tensor:
+        """Attend ``n`` new tokens (``B x H x n x hd``) over cached + new keys; update ``cache`` in place.
+
+        The cached keys start at a chunk boundary (chunk mode), so prepending them and left-padding the
+        queries by as many dummy rows aligns everything for :meth:`_attend`.
+        """
+        m = cache["k"].shape[2] if "k" in cache else 0
+        if m:
+            k = torch.cat([cache["k"], k], 2)
+            v = torch.cat([cache["v"], v], 2)
+        y = self._attend(_pad_seq(q, m, 0), k, v, None)[:, :, m:]
+        pos = cache.get("pos", 0) + q.shape[2]
+        keep = min(self.window, k.shape[2]) if self.mode == "window" else pos % self.window
+        start = k.shape[2] - keep
+        cache.update(k=k[:, :, start:].clone(), v=v[:, :, start:].clone(), pos=pos)
+        return y
+
+    @staticmethod
+    def reorder_cache(cache: dict, new_order: Tensor) -> None:
+        """Beam search: select ``new_order`` along the batch dim of every cached tensor, in place."""
+        for key, value in cache.items():
+            if isinstance(value, Tensor):
+                cache[key] = value.index_select(0, new_order)

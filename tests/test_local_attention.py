@@ -1,0 +1,146 @@
+"""LocalAttention (SPADE window / chunk attention) against a dense masked reference."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from ssm_fairseq.modules.local_attention import LocalAttention
+
+MODES_CAUSAL = list(itertools.product(["window", "chunk"], [False, True]))
+
+
+def dense_reference(att: LocalAttention, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """Full softmax attention with an explicit ``L x L`` mask, using ``att``'s projection weights."""
+    B, L, D = x.shape
+    H, w = att.heads, att.window
+    q, k, v = F.linear(x, att.qkv.weight, att.qkv.bias).view(B, L, 3, H, D // H).permute(2, 0, 3, 1, 4)
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    allowed = (i - j).abs() <= w if att.mode == "window" else (i // w) == (j // w)
+    if att.causal:
+        allowed = allowed & (j <= i)
+    allowed = allowed.expand(B, 1, L, L)
+    if key_padding_mask is not None:
+        allowed = allowed & ~key_padding_mask[:, None, None, :]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(D // H)
+    y = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+    return F.linear(y.transpose(1, 2).reshape(B, L, D), att.out_proj.weight, att.out_proj.bias)
+
+
+def make(mode: str, causal: bool, window: int = 4, dim: int = 8, heads: int = 2) -> LocalAttention:
+    return LocalAttention(dim, heads, window, mode=mode, causal=causal).double().eval()
+
+
+@pytest.mark.parametrize("mode,causal", MODES_CAUSAL)
+@pytest.mark.parametrize("L", [8, 11, 3])
+def test_matches_dense_reference_with_padding(mode, causal, L):
+    att = make(mode, causal)
+    x = torch.randn(3, L, 8, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([L, max(L - 2, 1), 1])
+    pad = torch.arange(L)[None, :] >= lengths[:, None]
+    y = att(x, key_padding_mask=pad)
+    ref = dense_reference(att, x, pad)
+    real = ~pad
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y[real], ref[real], atol=1e-8, rtol=0)
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("mode,causal", MODES_CAUSAL)
+@pytest.mark.parametrize("L,window", [(8, 4), (11, 4), (3, 4), (7, 1), (5, 5)])
+def test_matches_dense_reference_without_padding(mode, causal, L, window):
+    att = make(mode, causal, window=window)
+    x = torch.randn(2, L, 8, dtype=torch.float64)
+    torch.testing.assert_close(att(x), dense_reference(att, x, None), atol=1e-8, rtol=0)
+
+
+def run_pieces(att: LocalAttention, x: Tensor, pieces: list[int], cache: dict | None = None) -> Tensor:
+    """Feed ``x`` through ``cache`` in consecutive pieces; check the cache size after each one."""
+    cache = {} if cache is None else cache
+    outs, start, offset = [], 0, cache.get("pos", 0)
+    for n in pieces:
+        outs.append(att(x[:, start : start + n], cache=cache))
+        start += n
+        assert cache["pos"] == offset + start
+        assert cache["k"].shape[2] <= att.window and cache["v"].shape == cache["k"].shape
+        if att.mode == "chunk":
+            assert cache["k"].shape[2] == cache["pos"] % att.window
+    return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize("mode", ["window", "chunk"])
+@pytest.mark.parametrize("pieces", [[1] * 13, [1, 3, 2, 5, 2], [13], [4, 4, 5]])
+def test_incremental_equals_full_causal(mode, pieces):
+    att = make(mode, causal=True)
+    x = torch.randn(2, 13, 8, dtype=torch.float64)
+    torch.testing.assert_close(run_pieces(att, x, pieces), att(x), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["window", "chunk"])
+@pytest.mark.parametrize("new_order", [[2, 0, 1], [1, 1, 2]])
+def test_reorder_cache(mode, new_order):
+    att = make(mode, causal=True)
+    x = torch.randn(3, 11, 8, dtype=torch.float64)
+    order = torch.tensor(new_order)
+    cache: dict = {}
+    run_pieces(att, x[:, :6], [1, 2, 3], cache)
+    LocalAttention.reorder_cache(cache, order)
+    rest = run_pieces(att, x[order, 6:], [1, 4], cache)
+    torch.testing.assert_close(rest, att(x[order])[:, 6:], atol=1e-10, rtol=0)
+
+
+class LargestTensor(TorchFunctionMode):
+    """Record the element count of the largest tensor any torch function returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("mode,causal", MODES_CAUSAL)
+def test_never_builds_l_by_l(mode, causal):
+    L, w, heads = 4096, 16, 2
+    att = LocalAttention(8, heads, w, mode=mode, causal=causal).eval()
+    x = torch.randn(1, L, 8)
+    pad = torch.zeros(1, L, dtype=torch.bool)
+    with torch.no_grad(), LargestTensor() as probe:
+        y = att(x, key_padding_mask=pad)
+    assert y.shape == x.shape
+    assert probe.numel <= heads * L * 3 * w < L * L // 16
+
+
+def test_dropout_only_in_training():
+    att = LocalAttention(8, 2, 4, dropout=0.5).double()
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    train = att(x)
+    att.eval()
+    assert not torch.allclose(train, att(x))
+    torch.testing.assert_close(att(x), dense_reference(att, x, None), atol=1e-8, rtol=0)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="window"):
+        LocalAttention(8, 2, 0)
+    with pytest.raises(ValueError, match="multiple"):
+        LocalAttention(9, 2, 4)
+    with pytest.raises(ValueError, match="mode"):
+        LocalAttention(8, 2, 4, mode="strided")
+    x = torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match="causal"):
+        LocalAttention(8, 2, 4)(x, cache={})
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        LocalAttention(8, 2, 4, causal=True)(x, key_padding_mask=torch.zeros(1, 3, dtype=torch.bool), cache={})
