@@ -13,7 +13,8 @@ $(STAMP): setup.py Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	# torchaudio 2.11's binary loads only with torch 2.11.
 	$(BIN)/pip install --quiet torch==2.11.0 torchaudio==2.11.0
-	$(BIN)/pip install --quiet numpy cython "setuptools<81" wheel
+	# fairseq 0.12 uses numpy 1.x APIs (np.compat in its datasets): keep numpy below 2.
+	$(BIN)/pip install --quiet "numpy<2" cython "setuptools<81" wheel
 	# fairseq-fixed compiles against the installed torch (about 4 minutes, once).
 	$(BIN)/python -c "import fairseq" 2>/dev/null || \
 		$(BIN)/pip install --quiet --no-build-isolation --no-cache-dir fairseq-fixed==0.12.3.1

@@ -11,6 +11,7 @@ setup(
     install_requires=[
         "torch>=2.0",
         "torchaudio>=2.0",
+        "numpy<2",  # fairseq 0.12 uses np.compat, removed in numpy 2
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
         "fairseq==0.12.2; python_version < '3.11'",
         "sentencepiece",

@@ -68,12 +68,13 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
     return {"seconds": min(times)}
 
 
+def child(script: str, args: list[str], env: dict | None = None) -> dict:
+    """Run ``script ARGS`` in a fresh interpreter and return the JSON of its last output line."""
+    out = subprocess.run([sys.executable, script, *args], check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def in_subprocess(script: str, args: list[str]) -> dict:
     """Run ``script --what time ARGS`` and ``script --what memory ARGS`` in fresh interpreters; merged JSON."""
-    result = {}
-    for what in ("time", "memory"):
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536") if what == "memory" else None
-        cmd = [sys.executable, script, "--what", what, *args]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        result.update(json.loads(out.strip().splitlines()[-1]))
-    return result
+    memory_env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    return {**child(script, ["--what", "time", *args]), **child(script, ["--what", "memory", *args], memory_env)}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# SPADE language model on WikiText-103 (SPADE paper section 4.2, appendix C.3), stage by stage.
+#
+#   recipes/wikitext103/run.sh [--stage N] [--stop-stage N] [--arch spade_lm_wiki103|local_lm_wiki103|spade_lm]
+#
+# Stages: 0 download WikiText-103 (skipped when present), 1 fairseq-preprocess, 2 fairseq-train (Baevski & Auli's
+# adaptive-input recipe, 286k updates of 3072 tokens), 3 fairseq-eval-lm on valid and test (sequence 3072,
+# context window 400), 4 print a markdown perplexity table. Every stage can be re-run on its own.
+#
+# Environment: DATA_DIR (raw wiki.*.tokens; default data/wikitext-103), WORK_DIR (default exp/wikitext103),
+# TRAIN_ARGS (extra fairseq-train arguments, e.g. --max-update 1000), EVAL_ARGS, TOKENS_PER_SAMPLE (3072),
+# CONTEXT_WINDOW (400), PYTHON_BIN (directory of the fairseq-* commands; default: .venv/bin if present).
+set -euo pipefail
+
+stage=0
+stop_stage=4
+arch=spade_lm_wiki103
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) stage="$2"; shift 2 ;;
+    --stop-stage) stop_stage="$2"; shift 2 ;;
+    --arch) arch="$2"; shift 2 ;;
+    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --arch)" >&2; exit 2 ;;
+  esac
+done
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+data_dir="${DATA_DIR:-data/wikitext-103}"
+work_dir="${WORK_DIR:-exp/wikitext103}"
+tokens_per_sample="${TOKENS_PER_SAMPLE:-3072}"
+context_window="${CONTEXT_WINDOW:-400}"
+bin="${PYTHON_BIN:-}"
+if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
+run() { "${bin:+$bin/}$@"; }
+data_bin="$work_dir/data-bin"
+save_dir="$work_dir/checkpoints/$arch"
+log() { echo "[$(date '+%H:%M:%S')] $*"; }
+
+if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
+  if [[ -f "$data_dir/wiki.train.tokens" ]]; then
+    log "stage 0: $data_dir already has WikiText-103, skipping the download"
+  else
+    log "stage 0: downloading WikiText-103 into $data_dir"
+    mkdir -p "$data_dir"
+    url=https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip
+    tmp="$(mktemp -d)"
+    curl -fL --retry 3 -o "$tmp/wikitext-103-v1.zip" "$url"
+    unzip -q "$tmp/wikitext-103-v1.zip" -d "$tmp"
+    mv "$tmp"/wikitext-103/wiki.*.tokens "$data_dir"/
+    rm -rf "$tmp"
+  fi
+fi
+
+if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
+  log "stage 1: fairseq-preprocess $data_dir -> $data_bin"
+  for split in train valid test; do
+    [[ -s "$data_dir/wiki.$split.tokens" ]] || { echo "missing or empty $data_dir/wiki.$split.tokens" >&2; exit 1; }
+  done
+  run fairseq-preprocess --only-source --trainpref "$data_dir/wiki.train.tokens" \
+    --validpref "$data_dir/wiki.valid.tokens" --testpref "$data_dir/wiki.test.tokens" \
+    --destdir "$data_bin" --workers "$(nproc)"
+fi
+
+if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
+  log "stage 2: fairseq-train --arch $arch -> $save_dir (resumes from checkpoint_last.pt if present)"
+  # Baevski & Auli (2019) as published with fairseq; SPADE appendix C.3 keeps these settings.
+  # shellcheck disable=SC2086
+  run fairseq-train "$data_bin" --user-dir "$repo/ssm_fairseq" --task language_modeling --arch "$arch" \
+    --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none \
+    --max-tokens "$tokens_per_sample" --update-freq 3 --max-update 286000 \
+    --optimizer nag --lr 1.0 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 \
+    --warmup-updates 16000 --warmup-init-lr 1e-07 --stop-min-lr 1e-09 --clip-norm 0.1 \
+    --criterion adaptive_loss --seed 1 --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
+    --log-format simple --log-interval 100 ${TRAIN_ARGS:-}
+fi
+
+if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+  for split in valid test; do
+    log "stage 3: fairseq-eval-lm on $split (tokens per sample $tokens_per_sample, context window $context_window)"
+    # shellcheck disable=SC2086
+    run fairseq-eval-lm "$data_bin" --user-dir "$repo/ssm_fairseq" --path "$save_dir/checkpoint_best.pt" \
+      --gen-subset "$split" --tokens-per-sample "$tokens_per_sample" --context-window "$context_window" \
+      --max-tokens "$tokens_per_sample" --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 | tee "$work_dir/eval_${arch}_$split.log"
+  done
+fi
+
+if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
+  log "stage 4: perplexity table"
+  echo
+  echo "| model | valid ppl | test ppl |"
+  echo "|---|---|---|"
+  row="| $arch |"
+  for split in valid test; do
+    f="$work_dir/eval_${arch}_$split.log"
+    [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
+    ppl="$(grep -o 'Perplexity: [0-9.]*' "$f" | tail -1 | cut -d' ' -f2)"
+    [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
+    row="$row $ppl |"
+  done
+  echo "$row"
+fi

@@ -1,0 +1,65 @@
+"""The WikiText-103 recipe and fairseq's CLIs on the shipped WikiText-format sample, with a tiny SPADE LM."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY = ("--decoder-layers 2 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --decoder-attention-heads 4 "
+        "--attention-window 8 --adaptive-input-cutoff 20,60 --adaptive-softmax-cutoff 20,60 --ssm-state-size 8")
+
+
+def _run(cmd: list[str], **kwargs) -> str:
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, **kwargs)
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """Stages 1-4 of the recipe: preprocess, train 4 updates, eval-lm on valid and test, the table."""
+    work = tmp_path_factory.mktemp("wikitext103")
+    env = dict(os.environ, DATA_DIR=str(REPO / "recipes/wikitext103/sample"), WORK_DIR=str(work), PYTHON_BIN=str(BIN),
+               TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="16", EVAL_ARGS="--cpu",
+               TRAIN_ARGS=f"{TINY} --max-update 4 --warmup-updates 1 --max-tokens 256 --update-freq 1 --cpu "
+                          "--num-workers 0 --no-epoch-checkpoints")
+    out = _run(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "4"], env=env)
+    table = re.search(r"\| spade_lm_wiki103 \| ([0-9.]+) \| ([0-9.]+) \|", out)
+    assert table, out[-2000:]
+    assert all(1 < float(ppl) < 1000 for ppl in table.groups())  # the vocabulary has about 140 types
+    assert "Perplexity" in (work / "eval_spade_lm_wiki103_test.log").read_text()
+    return work
+
+
+def test_recipe_stages_train_and_score(trained):
+    assert (trained / "checkpoints/spade_lm_wiki103/checkpoint_best.pt").exists()
+
+
+def test_recipe_restarts_at_a_stage(trained):
+    env = dict(os.environ, WORK_DIR=str(trained))
+    out = _run(["bash", "recipes/wikitext103/run.sh", "--stage", "4"], env=env)
+    assert "| spade_lm_wiki103 |" in out
+
+
+@pytest.mark.parametrize("search", [["--beam", "2"], ["--sampling", "--sampling-topk", "5", "--beam", "1"]])
+def test_fairseq_interactive_continues_prompts(trained, search):
+    out = _run([str(BIN / "fairseq-interactive"), str(trained / "data-bin"), "--user-dir", "ssm_fairseq", "--task",
+                "language_modeling", "--path", str(trained / "checkpoints/spade_lm_wiki103/checkpoint_best.pt"),
+                *search, "--max-len-b", "12", "--cpu"],
+               input="The old bridge was\nIt is now\n")
+    hypotheses = re.findall(r"^H-(\d+)\t\S+\t(.+)$", out, flags=re.M)
+    assert [i for i, _ in hypotheses] == ["0", "1"]
+    assert hypotheses[0][1].startswith("The old bridge was") and len(hypotheses[0][1].split()) > 4
+
+
+def test_recipe_reports_missing_data(tmp_path):
+    env = dict(os.environ, DATA_DIR=str(tmp_path), WORK_DIR=str(tmp_path / "work"), PYTHON_BIN=str(BIN))
+    result = subprocess.run(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "1"],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode != 0 and "wiki.train.tokens" in result.stderr
