@@ -58,6 +58,21 @@ def test_fairseq_interactive_continues_prompts(trained, search):
     assert hypotheses[0][1].startswith("The old bridge was") and len(hypotheses[0][1].split()) > 4
 
 
+def test_fairseq_generate_continues_prompts(trained, tmp_path):
+    # one prompt per line, binarised with the training dictionary; each line is a prefix to continue.
+    # fairseq's default --required-batch-size-multiple 8 silently drops batches smaller than 8: use 1.
+    (tmp_path / "prompts.txt").write_text("The old bridge was\nIt is now a\nThe castle was opened in\n")
+    _run([str(BIN / "fairseq-preprocess"), "--only-source", "--testpref", str(tmp_path / "prompts.txt"),
+          "--srcdict", str(trained / "data-bin/dict.txt"), "--destdir", str(tmp_path / "prompts-bin")])
+    out = _run([str(BIN / "fairseq-generate"), str(tmp_path / "prompts-bin"), "--user-dir", "ssm_fairseq", "--task",
+                "language_modeling", "--path", str(trained / "checkpoints/spade_lm_wiki103/checkpoint_best.pt"),
+                "--gen-subset", "test", "--beam", "2", "--max-len-b", "20", "--batch-size", "2", "--cpu",
+                "--tokens-per-sample", "64", "--sample-break-mode", "eos", "--required-batch-size-multiple", "1"])
+    hypotheses = dict(re.findall(r"^H-(\d+)\t\S+\t(.+)$", out, flags=re.M))
+    assert sorted(hypotheses) == ["0", "1", "2"]
+    assert hypotheses["2"].startswith("The castle was opened in") and len(hypotheses["2"].split()) > 5
+
+
 def test_recipe_reports_missing_data(tmp_path):
     env = dict(os.environ, DATA_DIR=str(tmp_path), WORK_DIR=str(tmp_path / "work"), PYTHON_BIN=str(BIN))
     result = subprocess.run(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "1"],
