@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ssm_fairseq.ssm.structured_products import cauchy, vandermonde
+from ssm_fairseq.ssm.structured_products import cauchy, real_vandermonde, vandermonde
 
 
 def test_cauchy_matches_direct_sum_and_gradcheck():
@@ -33,3 +33,17 @@ def test_vandermonde_real_negative_bases_and_gradcheck():
     torch.testing.assert_close(vandermonde(coef, log_dA, 10), direct)
     b = (torch.randn(2, 3, dtype=torch.complex128) * 0.1).requires_grad_()
     assert torch.autograd.gradcheck(lambda c, b: vandermonde(c, b, 11), (coef, b))
+
+
+@pytest.mark.parametrize("L", [1, 2, 15, 16, 17, 50])
+def test_real_vandermonde_matches_direct_powers_of_any_sign(L):
+    base = torch.tensor([[0.9, -0.7, 0.2, -0.999, 0.0, -1.0]], dtype=torch.float64).expand(3, -1)
+    a = torch.randn(2, 3, 6, dtype=torch.float64)
+    direct = (a.unsqueeze(-1) * base.unsqueeze(-1) ** torch.arange(L, dtype=torch.float64)).sum(-2)
+    torch.testing.assert_close(real_vandermonde(a, base, L), direct)
+
+
+def test_real_vandermonde_gradcheck():
+    a = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    base = (torch.rand(4, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: real_vandermonde(a, b, 13), (a, base))

@@ -13,7 +13,7 @@ from torch import Tensor
 from .discretization import bilinear_diagonal, zoh_diagonal
 from .kernel import SSMKernel
 from .recurrence import DiagonalRecurrence
-from .structured_products import vandermonde
+from .structured_products import real_vandermonde, vandermonde
 
 
 class DiagonalSSMKernel(SSMKernel):
@@ -36,6 +36,8 @@ class DiagonalSSMKernel(SSMKernel):
 
     def kernel(self, L: int) -> Tensor:
         dA, dB, dC = self.discrete_system(L)
+        if not dA.is_complex():  # real eigenvalues (MSSM): real arithmetic throughout
+            return real_vandermonde(dC * dB, dA, L)
         log_dA = torch.log(dA.to(torch.promote_types(dA.dtype, torch.complex64)))
         return vandermonde(dC * dB, log_dA, L)
 

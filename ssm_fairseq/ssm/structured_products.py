@@ -7,6 +7,8 @@ pass. Here:
 * ``vandermonde`` factors each power ``k = q m + r`` (``m ~ sqrt(L)``) as ``base^(q m) * base^r``, so only
   ``O(... x N x sqrt(L))`` exponentials are evaluated and the sum over ``N`` is one batched matrix product;
   autograd then stores only the small factors.
+* ``real_vandermonde`` is the same factorisation for real bases of any sign (the MSSM kernel after ``eigh``):
+  ``base^k = sign^k |base|^k`` with both factors split the same way, in real arithmetic only.
 * ``cauchy`` shares the reciprocals ``1 / (z_l - w_n)`` between all numerator rows, sums them with a batched
   matrix product, and walks over ``L`` in chunks in the forward and backward pass (custom autograd), so peak
   memory is ``O(... x (N + L))`` plus one chunk.
@@ -132,4 +134,36 @@ def vandermonde(a: Tensor, log_base: Tensor, L: int, shift: Tensor | None = None
         k = torch.arange(blocks * m, L, dtype=real_dtype, device=a.device)
         tail = (a.unsqueeze(-1) * torch.exp(b_ * (k - shift))).sum(-2).real
         out = torch.cat([out, tail], dim=-1)
+    return out
+
+
+def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
+    """``out[..., k] = sum_n a[..., n] * base[..., n] ** k`` for real bases with ``|base| <= 1``, ``k < L``.
+
+    ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
+    parities of the sign, then one real matrix product over ``N``. A zero base gives ``0^0 = 1``, ``0^k = 0``.
+
+    Args:
+        a: ``... x N`` real coefficients.
+        base: ``... x N`` real bases (broadcastable with ``a``), magnitude at most 1.
+        L: number of powers.
+    Returns:
+        ``... x L`` real.
+    """
+    log_abs = torch.log(base.abs()).clamp_min(-1e4).unsqueeze(-1)  # 0 ** k -> exp(-1e4 k)
+    negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
+    m = max(1, math.isqrt(L))
+    blocks, rest = divmod(L, m)
+
+    def powers(k: Tensor) -> Tensor:  # base ** k for integer-valued k: ... x N x len(k)
+        sign = 1 - 2 * negative * torch.remainder(k, 2)
+        return sign * torch.exp(log_abs * k)
+
+    q = torch.arange(blocks, dtype=log_abs.dtype, device=base.device) * m
+    r = torch.arange(m, dtype=log_abs.dtype, device=base.device)
+    coarse = (a.unsqueeze(-1) * powers(q)).transpose(-1, -2)  # ... x blocks x N
+    out = (coarse @ powers(r)).flatten(-2)
+    if rest:
+        k = torch.arange(blocks * m, L, dtype=log_abs.dtype, device=base.device)
+        out = torch.cat([out, (a.unsqueeze(-1) * powers(k)).sum(-2)], dim=-1)
     return out
