@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from measurement import in_subprocess, measure
+from measurement import add_measurement_arguments, in_subprocess, measure
 from ssm_fairseq.modules.encoder_layer import LayerConfig
 from ssm_fairseq.modules.speech_encoder import SpeechEncoder
 
@@ -46,10 +46,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--subsampler", default="tr", choices=["conv", "tr", "ms"])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--what", choices=["time", "memory"], default="time", help=argparse.SUPPRESS)
+    add_measurement_arguments(parser, repeats=2)
     parser.add_argument("--encoder", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -12,6 +12,7 @@ JSON result as its last line.
 """
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -21,6 +22,14 @@ import time
 from typing import Callable
 
 import torch
+
+
+def add_measurement_arguments(parser: argparse.ArgumentParser, repeats: int, whats: tuple = ("time", "memory")):
+    """``--device``, ``--repeats``, ``--threads`` and the hidden ``--what`` that selects a child's measurement."""
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--what", choices=whats, default="time", help=argparse.SUPPRESS)
 
 
 def _status_kib(field: str) -> int:

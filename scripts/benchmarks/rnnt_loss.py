@@ -19,7 +19,7 @@ import json
 from typing import Callable
 
 import torch
-from measurement import in_subprocess, measure
+from measurement import add_measurement_arguments, in_subprocess, measure
 
 from ssm_fairseq.modules.joiner import Joiner
 from ssm_fairseq.modules.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
@@ -68,10 +68,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--labels", type=int, default=40)
     parser.add_argument("--vocab", type=int, nargs="+", default=[500, 4097])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--what", choices=["time", "memory"], default="time", help=argparse.SUPPRESS)
+    add_measurement_arguments(parser, repeats=3)
     parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "BACKEND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -25,7 +25,7 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import ssm_fairseq  # noqa: F401  (registers spade_lm)
-from measurement import child, in_subprocess, measure
+from measurement import add_measurement_arguments, child, in_subprocess, measure
 
 
 class _Task:
@@ -93,10 +93,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--what", choices=["time", "memory", "generation"], default="time", help=argparse.SUPPRESS)
+    add_measurement_arguments(parser, repeats=2, whats=("time", "memory", "generation"))
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from measurement import in_subprocess, measure
+from measurement import add_measurement_arguments, in_subprocess, measure
 from ssm_fairseq.ssm import MSSMKernel, S4Kernel, fft_conv
 
 WIDTH, HEADS, MSSM_HEADS = 256, 8, 4
@@ -121,10 +121,7 @@ def fitted_exponent(lengths: list[int], seconds: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--what", choices=["time", "memory"], default="time", help=argparse.SUPPRESS)
+    add_measurement_arguments(parser, repeats=3)
     parser.add_argument("--one", nargs=2, metavar=("LAYER", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

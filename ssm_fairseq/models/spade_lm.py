@@ -17,13 +17,13 @@ from fairseq.models import (
     register_model_architecture,
 )
 from fairseq.modules import AdaptiveInput, AdaptiveSoftmax
-from fairseq.utils import safe_getattr
 from omegaconf import II
 from torch import Tensor, nn
 
 from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
+from .architecture import set_defaults
 
 
 @dataclass
@@ -148,16 +148,11 @@ class SpadeDecoder(FairseqIncrementalDecoder):
                 layer.reorder_cache(cache, new_order)
 
 
-def _set_defaults(args, **defaults) -> None:
-    for name, value in defaults.items():
-        setattr(args, name, safe_getattr(args, name, value))
-
-
 @register_model_architecture("spade_lm", "spade_lm_wiki103")
 def spade_lm_wiki103(args):
     """SPADE appendix C.3 on Baevski & Auli (2019): 16 layers of 1024, FFN 4096, 8 heads, adaptive input and
     softmax (cutoffs 20000,60000), dropout 0.3, window 512, frozen S4-LegS (N = 64) in the bottom layer."""
-    _set_defaults(
+    set_defaults(
         args, decoder_layers=16, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_attention_heads=8,
         attention_window=512, dropout=0.3, attention_dropout=0.1, adaptive_input=True, tie_adaptive_weights=True,
         tie_adaptive_proj=True, adaptive_input_cutoff="20000,60000", adaptive_softmax_cutoff="20000,60000",
@@ -168,5 +163,5 @@ def spade_lm_wiki103(args):
 @register_model_architecture("spade_lm", "local_lm_wiki103")
 def local_lm_wiki103(args):
     """The local-only baseline: ``spade_lm_wiki103`` without global layers (window attention only)."""
-    _set_defaults(args, global_layers=0)
+    set_defaults(args, global_layers=0)
     spade_lm_wiki103(args)

@@ -11,7 +11,6 @@ import torch
 from omegaconf import II
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
-from fairseq.utils import safe_getattr
 from torch import Tensor, nn
 
 from ..modules.encoder_layer import LAYER_TYPES, LayerConfig
@@ -21,6 +20,7 @@ from ..modules.multihead_ssm import GATINGS
 from ..modules.predictor import Predictor
 from ..modules.speech_encoder import SpeechEncoder
 from ..modules.subsampling import SUBSAMPLERS, subsampling_stride
+from .architecture import set_defaults
 
 
 @dataclass
@@ -139,55 +139,49 @@ def SUBSAMPLER_STRIDES(cfg: TransducerConfig) -> int:
     return cfg.tr_stride if cfg.subsampler == "tr" else 4
 
 
-def _set_defaults(args, **defaults) -> None:
-    """Architecture defaults: keep every value the user set, fill the rest."""
-    for name, value in defaults.items():
-        setattr(args, name, safe_getattr(args, name, value))
-
-
 @register_model_architecture("transducer", "mssm_transducer")
 def mssm_transducer(args):
     """Table 2, 79.2M: 16 MSSM layers, 4 heads, inter-head gating, stack 2, multi-scale sub-sampler."""
-    _set_defaults(args, encoder_type="mssm", encoder_layers=16, ssm_heads=4, ssm_gating="ihg", ssm_stack=2,
+    set_defaults(args, encoder_type="mssm", encoder_layers=16, ssm_heads=4, ssm_gating="ihg", ssm_stack=2,
                   subsampler="ms")
 
 
 @register_model_architecture("transducer", "mssm_transducer_large")
 def mssm_transducer_large(args):
     """Table 3, 140.3M: 32 MSSM layers, auxiliary CTC classifiers every 4 layers."""
-    _set_defaults(args, encoder_layers=32, aux_ctc_every=4)
+    set_defaults(args, encoder_layers=32, aux_ctc_every=4)
     mssm_transducer(args)
 
 
 @register_model_architecture("transducer", "stateformer_transducer")
 def stateformer_transducer(args):
     """Table 2, 96.1M: 16 Stateformer layers (MSSM block as mssm_transducer, then 8-head attention)."""
-    _set_defaults(args, encoder_type="stateformer", encoder_attention_heads=8)
+    set_defaults(args, encoder_type="stateformer", encoder_attention_heads=8)
     mssm_transducer(args)
 
 
 @register_model_architecture("transducer", "stateformer_transducer_large")
 def stateformer_transducer_large(args):
     """Table 3, 139.8M: 25 Stateformer layers, auxiliary CTC classifiers every 4 layers."""
-    _set_defaults(args, encoder_layers=25, aux_ctc_every=4)
+    set_defaults(args, encoder_layers=25, aux_ctc_every=4)
     stateformer_transducer(args)
 
 
 @register_model_architecture("transducer", "transformer_transducer")
 def transformer_transducer(args):
     """Table 2, 77.5M: 20 transformer layers, 8 heads, conv sub-sampler, sinusoidal positions."""
-    _set_defaults(args, encoder_type="transformer", encoder_layers=20, encoder_attention_heads=8, subsampler="conv",
+    set_defaults(args, encoder_type="transformer", encoder_layers=20, encoder_attention_heads=8, subsampler="conv",
                   encoder_positions=True)
 
 
 @register_model_architecture("transducer", "conformer_transducer")
 def conformer_transducer(args):
     """Table 2, 92.7M: 20 Conformer layers (convolution before attention, kernel 31, no macaron)."""
-    _set_defaults(args, encoder_type="conformer")
+    set_defaults(args, encoder_type="conformer")
     transformer_transducer(args)
 
 
 @register_model_architecture("transducer", "s4_transducer")
 def s4_transducer(args):
     """Table 2, 78.8M: 20 layers, a bidirectional single-head S4-LegS block (stack 2, N = 32) for attention."""
-    _set_defaults(args, encoder_type="s4", encoder_layers=20, subsampler="conv")
+    set_defaults(args, encoder_type="s4", encoder_layers=20, subsampler="conv")
