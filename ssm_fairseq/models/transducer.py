@@ -135,10 +135,6 @@ class TransducerModel(BaseFairseqModel):
         return encoder_out, predictor_out
 
 
-def SUBSAMPLER_STRIDES(cfg: TransducerConfig) -> int:
-    return cfg.tr_stride if cfg.subsampler == "tr" else 4
-
-
 @register_model_architecture("transducer", "mssm_transducer")
 def mssm_transducer(args):
     """Table 2, 79.2M: 16 MSSM layers, 4 heads, inter-head gating, stack 2, multi-scale sub-sampler."""

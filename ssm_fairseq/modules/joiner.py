@@ -39,6 +39,10 @@ class Joiner(nn.Module):
         hidden = encoder_proj.unsqueeze(-2) + predictor_proj.unsqueeze(-3)
         return self.output(self.activation(hidden))
 
+    def step(self, encoder_proj: Tensor, predictor_proj: Tensor) -> Tensor:
+        """One lattice node per row, for search: projected ``N x J`` and ``N x J`` -> logits ``N x V``."""
+        return self.output(self.activation(encoder_proj + predictor_proj))
+
     def forward(self, encoder_out: Tensor, predictor_out: Tensor) -> Tensor:
         """``B x T x encoder_dim`` and ``B x U1 x predictor_dim`` -> logits ``B x T x U1 x vocab_size``."""
         return self.join(*self.project(encoder_out, predictor_out))

@@ -1,0 +1,60 @@
+"""The generator that ``fairseq-generate`` drives: encoder, then greedy (beam 1) or beam search."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .beam_search import beam_search
+from .greedy_search import greedy_search
+from .hypothesis import Hypothesis
+
+
+class TransducerGenerator:
+    """Decodes a fairseq speech batch with one transducer model.
+
+    Returns fairseq's hypothesis dicts (``tokens``, ``score``, ``positional_scores``, ``alignment``), so
+    ``fairseq-generate`` prints ``H-``/``D-``/``P-`` lines and scores them unchanged. Scores are natural-log
+    probabilities of the kept alignments; ``positional_scores`` are the labels' emission log-probabilities.
+
+    Args:
+        models: a list with one ``TransducerModel`` (average checkpoints rather than ensembling).
+        tgt_dict: the target dictionary.
+        beam: 1 for greedy search, more for beam search.
+        nbest: hypotheses per utterance (<= beam).
+        max_symbols_per_frame: labels allowed within one encoder frame.
+    """
+
+    def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1, max_symbols_per_frame: int = 3):
+        if len(models) != 1:
+            raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
+                             "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
+        if nbest > beam:
+            raise ValueError(f"--nbest {nbest} needs --beam >= {nbest}")
+        self.model = models[0]
+        self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
+        self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
+
+    @torch.no_grad()
+    def generate(self, models, sample: dict, **unused) -> list[list[dict]]:
+        """``sample["net_input"]``: ``src_tokens`` ``B x T x F`` and ``src_lengths`` ``B``."""
+        self.model.eval()
+        net_input = sample["net_input"]
+        encoder = self.model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+        encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
+        if self.beam == 1:
+            results = [[hypothesis] for hypothesis in
+                       greedy_search(self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame)]
+        else:
+            results = beam_search(self.model, encoder_out, encoder_lengths, self.beam,
+                                  self.max_symbols_per_frame, self.nbest)
+        device = encoder_out.device
+        return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
+
+    @staticmethod
+    def _as_fairseq(hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | None]:
+        return {
+            "tokens": torch.tensor(hypothesis.tokens, dtype=torch.long, device=device),
+            "score": hypothesis.score,
+            "positional_scores": torch.tensor(hypothesis.token_scores, device=device),
+            "alignment": None,
+        }

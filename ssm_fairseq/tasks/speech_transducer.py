@@ -1,0 +1,63 @@
+"""Task ``speech_transducer``: fairseq's ``speech_to_text`` data, trained and decoded as a transducer.
+
+Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's speech-to-text layer unchanged;
+``scripts/prepare_librispeech.py`` writes it. This task builds the ``transducer`` models and, for
+``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
+``--max-symbols-per-frame``).
+"""
+from contextlib import nullcontext
+
+from fairseq.tasks import LegacyFairseqTask, register_task
+from fairseq.tasks.speech_to_text import SpeechToTextTask
+from omegaconf import DictConfig, open_dict
+
+from ..generation import TransducerGenerator
+
+
+class PiecesOrTextDecoder:
+    """The config's SentencePiece tokenizer, whose ``decode`` leaves already-decoded text alone.
+
+    ``fairseq-generate --post-process sentencepiece`` turns pieces into words before it calls the task's
+    tokenizer; decoding words again would delete their spaces. Text with no word-boundary mark is returned
+    as it is, so WER is the same with and without ``--post-process``.
+    """
+
+    WORD_BOUNDARY = "\u2581"
+
+    def __init__(self, bpe):
+        self.bpe = bpe
+
+    def encode(self, text: str) -> str:
+        return self.bpe.encode(text)
+
+    def decode(self, text: str) -> str:
+        return self.bpe.decode(text) if self.WORD_BOUNDARY in text else text
+
+
+@register_task("speech_transducer")
+class SpeechTransducerTask(SpeechToTextTask):
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--max-symbols-per-frame", type=int, default=3, metavar="N",
+                            help="transducer search: labels allowed within one encoder frame")
+
+    def build_model(self, cfg, from_checkpoint: bool = False):
+        # speech_to_text's build_model also writes input_channels and speaker_to_id, which the transducer's
+        # dataclass config does not have; the transducer needs only the feature width.
+        if self.data_cfg.input_channels != 1:
+            raise ValueError(f"transducer models read one feature channel; {self.args.config_yaml} "
+                             f"sets input_channels: {self.data_cfg.input_channels}")
+        with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
+            cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
+        return LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None):
+        if getattr(args, "prefix_size", 0) > 0:
+            raise ValueError("transducer search does not take --prefix-size")
+        return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
+                                   max_symbols_per_frame=self.args.max_symbols_per_frame)
+
+    def build_bpe(self, args):
+        bpe = super().build_bpe(args)
+        return None if bpe is None else PiecesOrTextDecoder(bpe)
