@@ -1,0 +1,259 @@
+#!/usr/bin/env python
+"""LibriSpeech (or any corpus in its layout) -> fairseq speech-to-text data for ``--task speech_transducer``.
+
+Input: ``ROOT/SUBSET/SPK/CHAPTER/SPK-CHAPTER-UTT.flac`` and one ``SPK-CHAPTER.trans.txt`` per chapter.
+Output in ``--out``:
+
+- ``fbank80/SUBSET/UTT.npy``: 80-dim log-Mel filterbanks, 25 ms window, 10 ms shift (``T x 80`` float32),
+  computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does;
+- ``SUBSET.tsv``: fairseq's manifest (``id audio n_frames tgt_text speaker``), transcripts lower-cased;
+  with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
+- ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
+  its fairseq dictionary (ids agree: 0 ``<s>``, the transducer's blank, 1 ``<pad>``, 2 ``</s>``, 3 ``<unk>``);
+- ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets.
+
+Features are computed on ``--jobs`` processes with progress logs; utterances whose ``.npy`` is already there
+are skipped, so an interrupted run resumes. Every problem (missing or unreadable audio, empty audio or
+transcript, audio without a transcript line) is reported by file and utterance; the run then fails, unless
+``--skip-bad`` is given, in which case the bad utterances are left out and listed in ``SUBSET.rejected.tsv``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import logging
+import multiprocessing
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import soundfile as sf
+import torch
+import yaml
+
+logger = logging.getLogger("prepare_librispeech")
+
+LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
+                       "test-clean", "test-other"]
+MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
+SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
+                  "time_wrap_W": 0}
+MIN_SAMPLES = 400  # one 25 ms window at 16 kHz
+
+
+@dataclass
+class Utterance:
+    id: str
+    audio: Path  # the FLAC file
+    text: str
+    speaker: str
+    features: Path  # where its filterbanks go
+
+
+class CorpusError(Exception):
+    """Problems in the corpus, one line each, naming the file and utterance."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], list[str]]:
+    """The utterances of ``root/subset`` in transcript order, and the problems found reading the layout."""
+    directory = root / subset
+    if not directory.is_dir():
+        raise FileNotFoundError(f"subset {subset!r} not found: {directory} is not a directory")
+    utterances, problems, transcribed = [], [], set()
+    transcripts = sorted(directory.glob("*/*/*.trans.txt"))
+    if not transcripts:
+        problems.append(f"{directory}: no SPK/CHAPTER/SPK-CHAPTER.trans.txt files")
+    for transcript in transcripts:
+        for line_number, line in enumerate(transcript.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            utterance_id, _, text = line.strip().partition(" ")
+            where = f"{transcript}:{line_number}: utterance {utterance_id}"
+            audio = transcript.parent / f"{utterance_id}.flac"
+            transcribed.add(audio)
+            if not text.strip():
+                problems.append(f"{where}: empty transcript")
+            elif not audio.is_file():
+                problems.append(f"{where}: audio file missing: {audio}")
+            else:
+                speaker = utterance_id.split("-")[0]
+                utterances.append(Utterance(utterance_id, audio, " ".join(text.lower().split()), speaker,
+                                            out / "fbank80" / subset / f"{utterance_id}.npy"))
+    for audio in sorted(set(directory.glob("*/*/*.flac")) - transcribed):
+        problems.append(f"{audio}: audio file with no line in its chapter's .trans.txt")
+    return utterances, problems
+
+
+def log_mel_filterbank(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
+    """``samples`` float waveform in [-1, 1] -> ``T x 80`` log-Mel filterbanks (25 ms / 10 ms)."""
+    from torchaudio.compliance import kaldi
+
+    scaled = torch.from_numpy(waveform).float().mul(32768).unsqueeze(0)
+    return kaldi.fbank(scaled, num_mel_bins=80, frame_length=25.0, frame_shift=10.0,
+                       sample_frequency=sample_rate).numpy()
+
+
+def extract(utterance: Utterance) -> tuple[str, int | str]:
+    """Compute and store one utterance's features -> ``(id, frames)``, or ``(id, problem)``."""
+    if utterance.features.is_file():
+        try:
+            return utterance.id, np.load(utterance.features, mmap_mode="r").shape[0]
+        except (ValueError, OSError):
+            pass  # a file cut short by an interrupted run: compute it again
+    try:
+        waveform, sample_rate = sf.read(utterance.audio, dtype="float32", always_2d=True)
+    except Exception as error:  # soundfile raises several types for corrupt or foreign files
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})"
+    if waveform.shape[0] < MIN_SAMPLES * sample_rate // 16000:
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: empty audio ({waveform.shape[0]} samples)"
+    features = log_mel_filterbank(waveform.mean(axis=1), sample_rate)
+    utterance.features.parent.mkdir(parents=True, exist_ok=True)
+    partial = utterance.features.with_suffix(".partial.npy")
+    np.save(partial, features.astype(np.float32))
+    partial.replace(utterance.features)
+    return utterance.id, features.shape[0]
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str, int | str]:
+    """Features of every utterance on ``jobs`` processes, logging progress -> id: frames or problem."""
+    results: dict[str, int | str] = {}
+    start, every = time.time(), max(1, len(utterances) // 20)
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker))
+            finished = pool.imap_unordered(extract, utterances, chunksize=8)
+        else:
+            finished = map(extract, utterances)
+        for done, (utterance_id, result) in enumerate(finished, 1):
+            results[utterance_id] = result
+            if done % every == 0 or done == len(utterances):
+                elapsed = time.time() - start
+                logger.info(f"{label}: {done}/{len(utterances)} utterances, {elapsed:.0f}s elapsed, "
+                            f"about {elapsed / done * (len(utterances) - done):.0f}s left")
+    return results
+
+
+def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, int], out: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
+        writer.writerow(MANIFEST_COLUMNS)
+        for u in utterances:
+            writer.writerow([u.id, u.features.relative_to(out).as_posix(), frames[u.id], u.text, u.speaker])
+
+
+def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:
+    """Unigram SentencePiece on ``texts``; writes ``spm_unigram{V}.model`` and its fairseq dictionary."""
+    prefix = out / f"spm_unigram{vocab_size}"
+    text_file = out / f"{prefix.name}.input.txt"
+    text_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text_file), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
+        character_coverage=1.0, bos_id=0, pad_id=1, eos_id=2, unk_id=3, hard_vocab_limit=False,
+        input_sentence_size=1_000_000, shuffle_input_sentence=True, num_threads=1, minloglevel=2,
+    )
+    text_file.unlink()
+    model = spm.SentencePieceProcessor(model_file=f"{prefix}.model")
+    pieces = [model.id_to_piece(i) for i in range(4, model.get_piece_size())]  # fairseq adds the 4 specials
+    Path(f"{prefix}.txt").write_text("".join(f"{piece} 1\n" for piece in pieces), encoding="utf-8")
+    logger.info(f"SentencePiece unigram: {model.get_piece_size()} units (asked for {vocab_size}) -> {prefix}.model")
+    return prefix.name
+
+
+def write_config(out: Path, spm_name: str) -> None:
+    config = {
+        "input_feat_per_channel": 80,
+        "audio_root": str(out.resolve()),
+        "vocab_filename": f"{spm_name}.txt",
+        "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
+        "specaugment": SPECAUGMENT_LD,
+        "feature_transforms": {"_train": ["utterance_cmvn", "specaugment"], "*": ["utterance_cmvn"]},
+    }
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
+            skip_bad: bool = False, combine_train: str | None = None) -> None:
+    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
+
+    Raises ``CorpusError`` listing every problem unless ``skip_bad``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    if not set(train_subsets) <= set(subsets):
+        raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
+    kept: dict[str, list[Utterance]] = {}
+    all_problems: list[str] = []
+    for subset in subsets:
+        utterances, problems = read_subset(root, subset, out)
+        results = extract_all(utterances, jobs, subset)
+        problems += [result for result in results.values() if isinstance(result, str)]
+        frames = {uid: result for uid, result in results.items() if isinstance(result, int)}
+        kept[subset] = [u for u in utterances if u.id in frames]
+        if problems:
+            for problem in problems:
+                logger.error(problem)
+            (out / f"{subset}.rejected.tsv").write_text("".join(p + "\n" for p in problems), encoding="utf-8")
+        all_problems += problems
+        if not skip_bad and problems:
+            continue
+        write_manifest(out / f"{subset}.tsv", kept[subset], frames, out)
+        hours = sum(frames.values()) / 360000
+        logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
+    if all_problems and not skip_bad:
+        raise CorpusError(all_problems)
+    if combine_train:
+        with open(out / f"{combine_train}.tsv", "w", encoding="utf-8") as combined:
+            for n, subset in enumerate(train_subsets):
+                lines = (out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+                combined.writelines(lines if n == 0 else lines[1:])
+    texts = [u.text for subset in train_subsets for u in kept[subset]]
+    if not texts:
+        raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
+    write_config(out, train_sentencepiece(texts, out, vocab_size))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--librispeech-root", type=Path, required=True,
+                        help="directory holding the subsets (LibriSpeech/ in the openslr archives)")
+    parser.add_argument("--out", type=Path, required=True, help="output data directory")
+    parser.add_argument("--subsets", default=",".join(LIBRISPEECH_SUBSETS), help="comma-separated subsets")
+    parser.add_argument("--train-subsets", default=None,
+                        help="subsets for SentencePiece (default: those whose name starts with 'train')")
+    parser.add_argument("--combine-train", default=None, metavar="NAME",
+                        help="also write NAME.tsv with every training subset (e.g. train-960)")
+    parser.add_argument("--vocab-size", type=int, default=4096, help="SentencePiece units (default 4096)")
+    parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        stream=sys.stderr)
+    subsets = [s for s in args.subsets.split(",") if s]
+    train_subsets = ([s for s in args.train_subsets.split(",") if s] if args.train_subsets
+                     else [s for s in subsets if s.startswith("train")])
+    try:
+        prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
+                args.skip_bad, args.combine_train)
+    except CorpusError as error:
+        logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
+        return 1
+    except (FileNotFoundError, ValueError) as error:
+        logger.error(str(error))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

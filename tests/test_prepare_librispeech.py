@@ -1,0 +1,95 @@
+"""scripts/prepare_librispeech.py on a five-utterance corpus in LibriSpeech layout."""
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import yaml
+
+from librispeech_fixture import SAMPLE_RATE, TRANSCRIPTS, write_fixture
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # the feature processes import it too
+import prepare_librispeech  # noqa: E402
+
+SUBSETS = ["train-fixture", "test-fixture"]
+
+
+def run(corpus: Path, out: Path, *extra: str, jobs: int = 1) -> int:
+    return prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     ",".join(SUBSETS), "--vocab-size", "24", "--jobs", str(jobs), *extra])
+
+
+def read_manifest(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def test_features_manifests_sentencepiece_and_config(tmp_path):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--combine-train", "train-all", jobs=2) == 0  # two feature processes
+    for subset in SUBSETS:
+        rows = read_manifest(out / f"{subset}.tsv")
+        expected = {f"{chapter}-{n:04d}": text.lower() for chapter, lines in TRANSCRIPTS[subset].items()
+                    for n, text in enumerate(lines)}
+        assert {row["id"]: row["tgt_text"] for row in rows} == expected
+        for row in rows:
+            features = np.load(out / row["audio"])
+            frames = (int(0.6 * SAMPLE_RATE) - 400) // 160 + 1  # 25 ms windows every 10 ms
+            assert features.shape == (frames, 80) and features.dtype == np.float32
+            assert int(row["n_frames"]) == frames and np.isfinite(features).all()
+            assert row["speaker"] == row["id"].split("-")[0]
+    assert len(read_manifest(out / "train-all.tsv")) == 3
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["input_feat_per_channel"] == 80
+    assert config["feature_transforms"]["_train"] == ["utterance_cmvn", "specaugment"]
+    model = spm.SentencePieceProcessor(model_file=str(out / config["bpe_tokenizer"]["sentencepiece_model"]))
+    assert [model.id_to_piece(i) for i in range(4)] == ["<s>", "<pad>", "</s>", "<unk>"]
+    dictionary = (out / config["vocab_filename"]).read_text().splitlines()
+    assert [line.split()[0] for line in dictionary] == [model.id_to_piece(i) for i in range(4, len(model))]
+    assert model.decode(model.encode("the cat ran in the park")) == "the cat ran in the park"
+
+
+def test_second_run_resumes_without_recomputing(tmp_path):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out) == 0
+    stored = sorted((out / "fbank80").rglob("*.npy"))
+    stamps = [path.stat().st_mtime_ns for path in stored]
+    stored[0].write_bytes(b"cut short")  # as an interrupted write would leave it
+    assert run(corpus, out) == 0
+    assert [p.stat().st_mtime_ns for p in stored[1:]] == stamps[1:]
+    assert np.load(stored[0]).shape[1] == 80
+
+
+@pytest.mark.parametrize("damage, named", [
+    ("missing", "audio file missing"),
+    ("empty transcript", "empty transcript"),
+    ("unreadable", "unreadable audio"),
+])
+def test_bad_utterances_are_named(tmp_path, caplog, damage, named):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    chapter = corpus / "train-fixture" / "19" / "198"
+    victim = chapter / "19-198-0001.flac"
+    if damage == "missing":
+        victim.unlink()
+    elif damage == "empty transcript":
+        transcript = chapter / "19-198.trans.txt"
+        transcript.write_text(transcript.read_text().replace("THE CAT SAT ON THE MAT", ""))
+    else:
+        victim.write_bytes(b"not a flac file at all")
+    assert run(corpus, out) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(named in message and "19-198-0001" in message for message in errors), errors
+    assert not (out / "train-fixture.tsv").exists()
+    # With --skip-bad the other utterances go through and the bad one is listed, not silently lost.
+    assert run(corpus, out, "--skip-bad") == 0
+    assert [row["id"] for row in read_manifest(out / "train-fixture.tsv")] == ["19-198-0000", "26-495-0000"]
+    assert "19-198-0001" in (out / "train-fixture.rejected.tsv").read_text()
+
+
+def test_missing_subset_is_named(tmp_path, caplog):
+    corpus = write_fixture(tmp_path)
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(tmp_path / "d"),
+                                     "--subsets", "dev-clean"]) == 1
+    assert any("dev-clean" in r.getMessage() for r in caplog.records)
