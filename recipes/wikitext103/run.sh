@@ -77,10 +77,12 @@ fi
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for split in valid test; do
     log "stage 3: fairseq-eval-lm on $split (tokens per sample $tokens_per_sample, context window $context_window)"
+    # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple (8 by
+    # default), which here would be the last block of the split: score every block.
     # shellcheck disable=SC2086
     run fairseq-eval-lm "$data_bin" --user-dir "$repo/ssm_fairseq" --path "$save_dir/checkpoint_best.pt" \
       --gen-subset "$split" --tokens-per-sample "$tokens_per_sample" --context-window "$context_window" \
-      --max-tokens "$tokens_per_sample" --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 | tee "$work_dir/eval_${arch}_$split.log"
+      --max-tokens "$tokens_per_sample" --required-batch-size-multiple 1 --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 | tee "$work_dir/eval_${arch}_$split.log"
   done
 fi
 

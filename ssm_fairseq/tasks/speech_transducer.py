@@ -5,13 +5,19 @@ Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's
 ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
 ``--max-symbols-per-frame``).
 """
+from argparse import Namespace
 from contextlib import nullcontext
 
+import torch
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
 
 from ..generation import TransducerGenerator
+
+# speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
+# checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
+torch.serialization.add_safe_globals([Namespace])
 
 
 class PiecesOrTextDecoder:
@@ -51,6 +57,14 @@ class SpeechTransducerTask(SpeechToTextTask):
         with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
             cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
         return LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
+
+    def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
+        # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple; in
+        # validation and decoding that would silently leave utterances out of the loss and the WER.
+        if not getattr(dataset, "is_train_split", True):
+            required_batch_size_multiple = 1
+        return super().get_batch_iterator(dataset, required_batch_size_multiple=required_batch_size_multiple,
+                                          **kwargs)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None):
         if getattr(args, "prefix_size", 0) > 0:

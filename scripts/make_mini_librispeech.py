@@ -1,0 +1,406 @@
+"""Synthesise a mini speech corpus in LibriSpeech layout with espeak-ng, small enough to commit to git.
+
+Sentences come from a small grammar of its own (about 330 words, 4 to 12 words a sentence, upper case, no
+punctuation). Each speaker is one espeak-ng voice at one speaking rate and pitch; every speaker reads in train,
+and dev and test are read by the same speakers. Dev and test sentences never occur in train, but every one of
+their words does. Audio is resampled to 16 kHz, trimmed of leading and trailing silence and stored as 8-bit FLAC
+(rounded, no dither, highest compression), about 6 KB a second. The output, for ``--out recipes/librispeech/mini``::
+
+    recipes/librispeech/mini/README.md
+    recipes/librispeech/mini/LibriSpeech/train-mini/101/1001/101-1001.trans.txt
+    recipes/librispeech/mini/LibriSpeech/train-mini/101/1001/101-1001-0001.flac
+    ...
+
+Run from the repository root: ``python scripts/make_mini_librispeech.py``. Same seed, same corpus (given the
+same espeak-ng version).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio
+
+SAMPLE_RATE = 16000
+SUBSETS = ("train-mini", "dev-mini", "test-mini")
+MIN_WORDS, MAX_WORDS = 4, 12
+
+# --- The grammar. Nouns are (singular, plural) pairs; places only take the singular. ---
+NAMES = ("MARY", "JOHN", "ANNA", "PETER", "LUCY", "THOMAS", "EMMA", "GEORGE", "ALICE", "HENRY", "SARAH", "JAMES",
+         "HELEN", "CLARA", "RUTH", "ARTHUR")
+AGENTS = (("FARMER", "FARMERS"), ("BAKER", "BAKERS"), ("TEACHER", "TEACHERS"), ("DOCTOR", "DOCTORS"),
+          ("SAILOR", "SAILORS"), ("SOLDIER", "SOLDIERS"), ("SINGER", "SINGERS"), ("PAINTER", "PAINTERS"),
+          ("HUNTER", "HUNTERS"), ("FISHERMAN", "FISHERMEN"), ("CHILD", "CHILDREN"), ("WOMAN", "WOMEN"),
+          ("MAN", "MEN"), ("GIRL", "GIRLS"), ("BOY", "BOYS"), ("FRIEND", "FRIENDS"), ("NEIGHBOR", "NEIGHBORS"),
+          ("KING", "KINGS"), ("QUEEN", "QUEENS"), ("STRANGER", "STRANGERS"), ("STUDENT", "STUDENTS"),
+          ("DOG", "DOGS"), ("CAT", "CATS"), ("HORSE", "HORSES"), ("BIRD", "BIRDS"), ("FOX", "FOXES"),
+          ("WOLF", "WOLVES"), ("COW", "COWS"), ("RABBIT", "RABBITS"), ("MOUSE", "MICE"), ("DUCK", "DUCKS"),
+          ("GOAT", "GOATS"))
+THINGS = (("APPLE", "APPLES"), ("BASKET", "BASKETS"), ("BOOK", "BOOKS"), ("LETTER", "LETTERS"), ("BOX", "BOXES"),
+          ("CUP", "CUPS"), ("KEY", "KEYS"), ("LAMP", "LAMPS"), ("COAT", "COATS"), ("HAT", "HATS"),
+          ("BOAT", "BOATS"), ("CART", "CARTS"), ("BELL", "BELLS"), ("STONE", "STONES"), ("CANDLE", "CANDLES"),
+          ("RING", "RINGS"), ("BOTTLE", "BOTTLES"), ("PICTURE", "PICTURES"), ("CHAIR", "CHAIRS"),
+          ("TABLE", "TABLES"), ("FLOWER", "FLOWERS"), ("HAMMER", "HAMMERS"))
+PLACES = ("RIVER", "MARKET", "GARDEN", "FOREST", "VILLAGE", "HOUSE", "BRIDGE", "CHURCH", "STATION", "HILL", "FIELD",
+          "KITCHEN", "SCHOOL", "CASTLE", "ROAD", "LAKE", "MOUNTAIN", "VALLEY")
+AGENT_ADJECTIVES = ("OLD", "YOUNG", "LITTLE", "TALL", "HAPPY", "TIRED", "HUNGRY", "BRAVE", "CLEVER", "QUIET",
+                    "LAZY", "KIND", "ANGRY", "POOR", "RICH", "GENTLE", "SLEEPY", "NOISY", "FAMOUS", "STRANGE")
+THING_ADJECTIVES = ("OLD", "LITTLE", "BIG", "SMALL", "RED", "GREEN", "BLUE", "WHITE", "BLACK", "BROWN", "GOLDEN",
+                    "YELLOW", "HEAVY", "EMPTY", "BROKEN", "WOODEN", "SILVER", "BRIGHT", "DARK", "BEAUTIFUL")
+PLACE_ADJECTIVES = ("OLD", "BIG", "SMALL", "QUIET", "DARK", "WARM", "COLD", "GREEN", "NOISY", "BEAUTIFUL")
+TRANSITIVE_VERBS = ("CARRIED", "OPENED", "FOUND", "LOST", "SAW", "WATCHED", "FOLLOWED", "PAINTED", "CLEANED",
+                    "BOUGHT", "SOLD", "BROUGHT", "TOOK", "PUSHED", "PULLED", "DROPPED", "HELD", "FIXED", "COUNTED",
+                    "WASHED", "CAUGHT", "CHASED", "HELPED", "CALLED", "MET", "VISITED", "HID", "KEPT", "DREW",
+                    "MOVED", "FILLED", "LIFTED", "SHOWED", "TOUCHED")
+INTRANSITIVE_VERBS = ("SLEPT", "WAITED", "SANG", "DANCED", "LAUGHED", "RESTED", "WORKED", "PLAYED", "SAT", "STOOD",
+                      "STAYED", "SHOUTED", "SMILED")
+MOTION_VERBS = ("WALKED", "RAN", "HURRIED", "WENT", "CAME", "RODE", "SAILED", "TRAVELED", "RETURNED", "CLIMBED")
+LOCATIVE_PREPOSITIONS = ("IN", "NEAR", "BEHIND", "UNDER", "ACROSS", "BESIDE", "INSIDE", "AROUND", "BY", "ABOVE",
+                         "AT", "OUTSIDE")
+MOTION_PREPOSITIONS = ("TO", "FROM", "INTO", "THROUGH", "TOWARD", "PAST", "OVER", "ALONG")
+ADVERBS = ("SLOWLY", "QUICKLY", "QUIETLY", "CAREFULLY", "HAPPILY", "SUDDENLY", "GENTLY", "LOUDLY", "SADLY",
+           "PROUDLY", "CALMLY", "SOFTLY", "FINALLY", "AGAIN", "TOGETHER", "EARLY", "LATE")
+TIMES = ("YESTERDAY", "TODAY", "LAST NIGHT", "THIS MORNING", "IN THE EVENING", "IN THE AFTERNOON", "AT NOON",
+         "ON MONDAY", "ON TUESDAY", "ON WEDNESDAY", "ON THURSDAY", "ON FRIDAY", "ON SATURDAY", "ON SUNDAY",
+         "IN SPRING", "IN SUMMER", "IN AUTUMN", "IN WINTER")
+NUMBERS = ("TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE", "TEN", "ELEVEN", "TWELVE", "TWENTY",
+           "THIRTY", "FORTY", "FIFTY")
+# A word repeated in a tuple is drawn more often.
+SINGULAR_DETERMINERS = ("THE", "THE", "A", "THIS", "THAT", "EVERY", "HER", "HIS", "OUR", "THEIR", "MY", "ONE")
+PLURAL_DETERMINERS = ("THE", "THE", "SOME", "MANY", "THESE", "THOSE", "SEVERAL", "HER", "HIS", "OUR", "THEIR")
+PLACE_DETERMINERS = ("THE", "THE", "THE", "A", "THAT", "HER", "HIS", "OUR", "THEIR")
+# Words that only the templates below spell out.
+TEMPLATE_WORDS = ("AN", "AND", "WAS", "WERE", "THERE", "WITH")
+
+# --- Speakers: one espeak-ng voice (a language, optionally with a "+variant") at one rate and pitch each. ---
+VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
+          "en-us-nyc", "en-us+f2", "en-gb+f3", "en-gb-scotland+f1", "en-029+f4", "en-gb-x-rp+m3", "en-us-nyc+m1",
+          "en-gb-x-gbclan+f2", "en-us+m2")
+RATES = range(160, 221, 10)  # words per minute
+PITCHES = range(30, 71, 5)  # espeak-ng's 0-99 scale, 50 by default
+
+
+def vocabulary() -> set[str]:
+    """Every word the grammar can produce."""
+    lists = (NAMES, PLACES, AGENT_ADJECTIVES, THING_ADJECTIVES, PLACE_ADJECTIVES, TRANSITIVE_VERBS,
+             INTRANSITIVE_VERBS, MOTION_VERBS, LOCATIVE_PREPOSITIONS, MOTION_PREPOSITIONS, ADVERBS, TIMES, NUMBERS,
+             SINGULAR_DETERMINERS, PLURAL_DETERMINERS, PLACE_DETERMINERS, TEMPLATE_WORDS)
+    nouns = [noun for pair in AGENTS + THINGS for noun in pair]
+    return {word for phrase in nouns + [p for words in lists for p in words] for word in phrase.split()}
+
+
+def _with_article(words: list[str]) -> list[str]:
+    """``A`` becomes ``AN`` before a word spelt with a leading vowel (which is right for every word here)."""
+    if words[0] == "A" and words[1][0] in "AEIOU":
+        return ["AN"] + words[1:]
+    return words
+
+
+def _noun_phrase(rng: random.Random, nouns: tuple, adjectives: tuple, adjective_p: float,
+                 plural: bool) -> list[str]:
+    """A determiner or number, an optional adjective and a noun: ``THE OLD FARMER``, ``SEVEN RED APPLES``."""
+    singular_noun, plural_noun = rng.choice(nouns)
+    adjective = [rng.choice(adjectives)] if rng.random() < adjective_p else []
+    if not plural:
+        return _with_article([rng.choice(SINGULAR_DETERMINERS)] + adjective + [singular_noun])
+    determiner = rng.choice(NUMBERS) if rng.random() < 0.4 else rng.choice(PLURAL_DETERMINERS)
+    return [determiner] + adjective + [plural_noun]
+
+
+def _place(rng: random.Random) -> list[str]:
+    """``THE RIVER``, ``OUR QUIET GARDEN``."""
+    adjective = [rng.choice(PLACE_ADJECTIVES)] if rng.random() < 0.2 else []
+    return _with_article([rng.choice(PLACE_DETERMINERS)] + adjective + [rng.choice(PLACES)])
+
+
+def _subject(rng: random.Random) -> list[str]:
+    """A name or a noun phrase of people or animals."""
+    if rng.random() < 0.45:
+        return [rng.choice(NAMES)]
+    return _noun_phrase(rng, AGENTS, AGENT_ADJECTIVES, 0.3, rng.random() < 0.4)
+
+
+def _object(rng: random.Random) -> list[str]:
+    """A name or a noun phrase of things, people or animals."""
+    if rng.random() < 0.15:
+        return [rng.choice(NAMES)]
+    if rng.random() < 0.7:
+        return _noun_phrase(rng, THINGS, THING_ADJECTIVES, 0.3, rng.random() < 0.4)
+    return _noun_phrase(rng, AGENTS, AGENT_ADJECTIVES, 0.3, rng.random() < 0.4)
+
+
+def _optional(rng: random.Random, p: float, make: Callable[[random.Random], list[str]]) -> list[str]:
+    """``make(rng)`` with probability ``p``, else nothing."""
+    return make(rng) if rng.random() < p else []
+
+
+def _adverb(rng: random.Random) -> list[str]:
+    """``SLOWLY``."""
+    return [rng.choice(ADVERBS)]
+
+
+def _time(rng: random.Random) -> list[str]:
+    """``ON MONDAY``."""
+    return rng.choice(TIMES).split()
+
+
+def _location(rng: random.Random) -> list[str]:
+    """``UNDER THE BRIDGE``."""
+    return [rng.choice(LOCATIVE_PREPOSITIONS)] + _place(rng)
+
+
+def sentence(rng: random.Random) -> str:
+    """One sentence of ``MIN_WORDS`` to ``MAX_WORDS`` words from one of six templates, e.g.
+    ``THE OLD FARMER CARRIED SEVEN RED APPLES TO THE MARKET`` (draws again while the length is out of range)."""
+    while True:
+        template = rng.randrange(6)
+        if template == 0:  # JOHN FOUND THE KEY UNDER THE TABLE
+            words = _subject(rng) + [rng.choice(TRANSITIVE_VERBS)] + _object(rng) + _optional(rng, 0.25, _location)
+            words += _optional(rng, 0.2, _adverb)
+        elif template == 1:  # THE CHILDREN SANG HAPPILY IN THE KITCHEN
+            words = _subject(rng) + [rng.choice(INTRANSITIVE_VERBS)] + _optional(rng, 0.4, _adverb)
+            words += _optional(rng, 0.4, _location) + _optional(rng, 0.25, _time)
+        elif template == 2:  # MARY WALKED TO THE STATION ON MONDAY
+            words = _subject(rng) + [rng.choice(MOTION_VERBS), rng.choice(MOTION_PREPOSITIONS)] + _place(rng)
+            words += _optional(rng, 0.3, _time)
+        elif template == 3:  # THERE WERE NINE BOATS NEAR THE RIVER
+            plural = rng.random() < 0.5
+            thing = _noun_phrase(rng, THINGS + AGENTS, THING_ADJECTIVES, 0.3, plural)
+            words = ["THERE", "WERE" if plural else "WAS"] + thing + _location(rng)
+        elif template == 4:  # THE HORSES WERE TIRED YESTERDAY
+            plural = rng.random() < 0.4
+            subject = _noun_phrase(rng, AGENTS, AGENT_ADJECTIVES, 0.2, plural)
+            words = subject + ["WERE" if plural else "WAS", rng.choice(AGENT_ADJECTIVES)] + _optional(rng, 0.5, _time)
+        else:  # ALICE AND PETER PAINTED THE BOX WITH THE CHILDREN
+            words = [rng.choice(NAMES), "AND"] + _subject(rng) + [rng.choice(TRANSITIVE_VERBS)] + _object(rng)
+            words += _optional(rng, 0.2, lambda r: ["WITH"] + _object(r))
+        if MIN_WORDS <= len(words) <= MAX_WORDS:
+            return " ".join(words)
+
+
+def make_splits(n_train: int, n_dev: int, n_test: int, seed: int) -> dict[str, list[str]]:
+    """Sentences per subset: distinct sentences throughout, dev and test only use words seen in train.
+
+    Pure: the same arguments give the same sentences. Raises ``ValueError`` when about 100 draws per sentence
+    do not find enough of them.
+    """
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    splits: dict[str, list[str]] = {}
+    train_words: set[str] = set()
+    for subset, count in zip(SUBSETS, (n_train, n_dev, n_test)):
+        sentences: list[str] = []
+        for _ in range(100 * count + 1000):
+            if len(sentences) == count:
+                break
+            text = sentence(rng)
+            if text in seen or (subset != SUBSETS[0] and not set(text.split()) <= train_words):
+                continue
+            seen.add(text)
+            sentences.append(text)
+        if len(sentences) < count:
+            raise ValueError(f"could not draw {count} new {subset} sentences (got {len(sentences)})")
+        if subset == SUBSETS[0]:
+            train_words = {word for text in sentences for word in text.split()}
+        splits[subset] = sentences
+    return splits
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """One espeak-ng voice at a speaking rate (words per minute) and pitch (0-99)."""
+
+    id: int
+    voice: str
+    rate: int
+    pitch: int
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """A sentence read by a speaker, filed under ``subset/speaker/chapter/speaker-chapter-index``."""
+
+    subset: str
+    speaker: Speaker
+    chapter: int
+    index: int
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.speaker.id}-{self.chapter}-{self.index:04d}"
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.subset, str(self.speaker.id), str(self.chapter))
+
+
+def make_speakers(seed: int) -> list[Speaker]:
+    """One speaker per voice in ``VOICES`` (ids 101, 102, ...), with a seeded rate and pitch each."""
+    rng = random.Random(f"{seed}:speakers")
+    return [Speaker(101 + i, voice, rng.choice(RATES), rng.choice(PITCHES)) for i, voice in enumerate(VOICES)]
+
+
+def assign(splits: dict[str, list[str]], speakers: list[Speaker], seed: int) -> list[Utterance]:
+    """Deal each subset's sentences round-robin to the speakers; a speaker reads one or two chapters in train
+    and one in dev and in test.
+
+    Chapter ids are unique across the corpus (1001, 1002, ...); utterances are numbered from 1 per chapter.
+    """
+    rng = random.Random(f"{seed}:chapters")
+    utterances: list[Utterance] = []
+    next_chapter = 1001
+    for subset, sentences in splits.items():
+        chapters = {}
+        for speaker in speakers:
+            count = rng.choice((1, 2)) if subset == SUBSETS[0] else 1
+            chapters[speaker.id] = list(range(next_chapter, next_chapter + count))
+            next_chapter += len(chapters[speaker.id])
+        counts: dict[int, int] = {}
+        for i, text in enumerate(sentences):
+            speaker = speakers[i % len(speakers)]
+            turn = i // len(speakers)
+            chapter = chapters[speaker.id][turn % len(chapters[speaker.id])]
+            counts[chapter] = counts.get(chapter, 0) + 1
+            utterances.append(Utterance(subset, speaker, chapter, counts[chapter], text))
+    return utterances
+
+
+def synthesise(text: str, speaker: Speaker) -> np.ndarray:
+    """espeak-ng's reading of ``text`` as float32 samples at ``SAMPLE_RATE``: ``T``."""
+    command = ["espeak-ng", "--stdout", "-v", speaker.voice, "-s", str(speaker.rate), "-p", str(speaker.pitch),
+               text.lower()]  # lower case: espeak-ng may spell out short all-capital words
+    result = subprocess.run(command, capture_output=True)
+    if result.returncode != 0 or not result.stdout:
+        raise RuntimeError(f"{' '.join(command)} failed: {result.stderr.decode(errors='replace').strip()}")
+    audio, rate = sf.read(io.BytesIO(result.stdout), dtype="float32", always_2d=True)
+    return torchaudio.functional.resample(torch.from_numpy(audio[:, 0]), rate, SAMPLE_RATE).numpy()
+
+
+def trim_silence(audio: np.ndarray, threshold_db: float = -40.0, margin_s: float = 0.05) -> np.ndarray:
+    """Drop leading and trailing 10 ms frames quieter than ``threshold_db`` below the loudest frame, keeping a
+    ``margin_s`` margin around the rest. ``T`` -> ``T'``."""
+    frame = SAMPLE_RATE // 100
+    frames = audio[: len(audio) // frame * frame].reshape(-1, frame)
+    energy = (frames.astype(np.float64) ** 2).mean(axis=1)
+    loud = np.flatnonzero(energy > energy.max() * 10 ** (threshold_db / 10))
+    if len(loud) == 0:
+        raise ValueError("silent audio")
+    margin = int(margin_s * SAMPLE_RATE)
+    return audio[max(0, loud[0] * frame - margin): (loud[-1] + 1) * frame + margin]
+
+
+def write_flac(path: Path, audio: np.ndarray) -> None:
+    """Save ``audio`` (``T`` floats in [-1, 1]) as 8-bit FLAC at highest compression, rounding without dither.
+
+    The samples are rounded to 8 bits here and handed to libsndfile as 16-bit values with a zero low byte, which
+    its 8-bit FLAC writer keeps exactly.
+    """
+    pcm8 = np.clip(np.rint(audio * 128), -128, 127).astype(np.int16)
+    sf.write(path, pcm8 << 8, SAMPLE_RATE, format="FLAC", subtype="PCM_S8", compression_level=1.0)
+
+
+def write_corpus(utterances: list[Utterance], root: Path, log_every: int) -> dict[str, float]:
+    """Synthesise every utterance under ``root`` with one sorted ``.trans.txt`` per chapter; seconds per subset."""
+    seconds = dict.fromkeys(SUBSETS, 0.0)
+    transcripts: dict[Path, list[str]] = {}
+    for n, utterance in enumerate(utterances, 1):
+        folder = root / utterance.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            audio = trim_silence(synthesise(utterance.text, utterance.speaker))
+        except (RuntimeError, ValueError) as error:
+            raise RuntimeError(f"utterance {utterance.id} ({utterance.text!r}): {error}") from error
+        write_flac(folder / f"{utterance.id}.flac", audio)
+        seconds[utterance.subset] += len(audio) / SAMPLE_RATE
+        transcripts.setdefault(folder, []).append(f"{utterance.id} {utterance.text}")
+        if n % log_every == 0 or n == len(utterances):
+            logging.info("synthesised %d/%d utterances", n, len(utterances))
+    for folder, lines in transcripts.items():
+        (folder / f"{folder.parent.name}-{folder.name}.trans.txt").write_text("\n".join(sorted(lines)) + "\n")
+    return seconds
+
+
+def folder_bytes(folder: Path) -> int:
+    """Total size of the files under ``folder``."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def write_readme(out: Path, command: str, speakers: list[Speaker], splits: dict[str, list[str]],
+                 seconds: dict[str, float]) -> None:
+    """``out/README.md``: how the corpus was made, its speakers, split sizes, duration and size."""
+    rows = "\n".join(f"| {subset} | {len(splits[subset])} | {seconds[subset] / 60:.1f} |" for subset in SUBSETS)
+    voices = "\n".join(f"| {s.id} | `{s.voice}` | {s.rate} | {s.pitch} |" for s in speakers)
+    version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout
+    version = version.split("Data at")[0].strip()  # "eSpeak NG text-to-speech: 1.51"
+    words = {word for sentences in splits.values() for text in sentences for word in text.split()}
+    (out / "README.md").write_text(f"""# Mini LibriSpeech (synthetic)
+
+A small synthetic speech corpus in LibriSpeech layout for the RNN-T demo, made with
+
+    {command}
+
+The sentences are synthetic text from the script's own grammar (upper case, no punctuation, {MIN_WORDS} to
+{MAX_WORDS} words, {len(words)} distinct words), read by {version}. No dev or test sentence occurs in
+train, but all their words do. Every speaker reads in all three subsets, so dev and test measure new sentences
+from known speakers, not new speakers.
+
+Audio: 16 kHz mono FLAC, 8-bit (rounded, no dither), leading and trailing silence trimmed to a 50 ms margin.
+{sum(seconds.values()) / 60:.1f} minutes, {folder_bytes(out / "LibriSpeech")} bytes in `LibriSpeech/`.
+
+| subset | utterances | minutes |
+|---|---|---|
+{rows}
+
+Each speaker is one espeak-ng voice at one speaking rate (words per minute) and pitch (0-99):
+
+| speaker | voice | rate | pitch |
+|---|---|---|---|
+{voices}
+""")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("recipes/librispeech/mini"),
+                        help="folder for README.md and LibriSpeech/")
+    parser.add_argument("--train", type=int, default=600, help="train-mini utterances")
+    parser.add_argument("--dev", type=int, default=60, help="dev-mini utterances")
+    parser.add_argument("--test", type=int, default=60, help="test-mini utterances")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT/LibriSpeech")
+    parser.add_argument("--log-every", type=int, default=50, help="log progress every N utterances")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+
+    if shutil.which("espeak-ng") is None:
+        parser.error("espeak-ng is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
+    root = args.out / "LibriSpeech"
+    if root.exists():
+        if not args.force:
+            parser.error(f"{root} exists; pass --force to replace it")
+        shutil.rmtree(root)
+
+    splits = make_splits(args.train, args.dev, args.test, args.seed)
+    speakers = make_speakers(args.seed)
+    seconds = write_corpus(assign(splits, speakers, args.seed), root, args.log_every)
+    command = (f"python scripts/make_mini_librispeech.py --out {args.out} --train {args.train} --dev {args.dev} "
+               f"--test {args.test} --seed {args.seed}")
+    write_readme(args.out, command, speakers, splits, seconds)
+    logging.info("wrote %s: %s minutes, %d bytes", args.out, {k: round(v / 60, 1) for k, v in seconds.items()},
+                 folder_bytes(args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The mini LibriSpeech generator's sentence splits, and the committed corpus it made (no espeak-ng needed)."""
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "recipes/librispeech/mini"
+_spec = importlib.util.spec_from_file_location("make_mini_librispeech", REPO / "scripts/make_mini_librispeech.py")
+mini = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
+_spec.loader.exec_module(mini)
+
+
+@pytest.fixture(scope="module")
+def splits() -> dict[str, list[str]]:
+    return mini.make_splits(600, 60, 60, seed=1)
+
+
+def _words(sentences: list[str]) -> set[str]:
+    return {word for text in sentences for word in text.split()}
+
+
+def test_sentences_have_4_to_12_upper_case_words():
+    rng = random.Random(0)
+    lengths = set()
+    for _ in range(2000):
+        text = mini.sentence(rng)
+        assert re.fullmatch(r"[A-Z]+( [A-Z]+)*", text), text
+        lengths.add(len(text.split()))
+    assert lengths == set(range(4, 13))
+
+
+def test_split_sizes_and_distinct_sentences(splits):
+    assert [len(splits[subset]) for subset in mini.SUBSETS] == [600, 60, 60]
+    everything = [text for sentences in splits.values() for text in sentences]
+    assert len(set(everything)) == len(everything)
+
+
+def test_dev_and_test_are_new_sentences_of_train_words(splits):
+    train = splits["train-mini"]
+    for subset in ("dev-mini", "test-mini"):
+        assert not set(splits[subset]) & set(train)
+        assert _words(splits[subset]) <= _words(train)
+
+
+def test_vocabulary_is_a_few_hundred_words(splits):
+    assert 250 <= len(mini.vocabulary()) <= 350
+    assert _words(splits["train-mini"]) <= mini.vocabulary()
+    assert len(_words(splits["train-mini"])) >= 0.95 * len(mini.vocabulary())
+
+
+def test_splits_are_deterministic_per_seed(splits):
+    assert mini.make_splits(600, 60, 60, seed=1) == splits
+    assert mini.make_splits(600, 60, 60, seed=2) != splits
+
+
+def test_running_out_of_sentences_is_a_clear_error():
+    with pytest.raises(ValueError, match="could not draw 5 new dev-mini sentences"):
+        mini.make_splits(1, 5, 0, seed=0)  # dev may only use the few words of one train sentence
+
+
+def test_speakers_are_dealt_to_every_subset(splits):
+    speakers = mini.make_speakers(seed=1)
+    utterances = mini.assign(splits, speakers, seed=1)
+    for subset in mini.SUBSETS:
+        assert {u.speaker for u in utterances if u.subset == subset} == set(speakers)
+    assert len({u.id for u in utterances}) == len(utterances)
+
+
+def _transcripts(subset: Path) -> dict[str, str]:
+    """Utterance id -> transcript of one committed subset, checking the LibriSpeech layout on the way."""
+    lines = {}
+    for trans in sorted(subset.glob("*/*/*.trans.txt")):
+        speaker, chapter = trans.parent.parent.name, trans.parent.name
+        assert trans.name == f"{speaker}-{chapter}.trans.txt"
+        rows = trans.read_text().splitlines()
+        assert rows == sorted(rows), trans
+        for row in rows:
+            utterance, text = row.split(" ", 1)
+            assert re.fullmatch(rf"{speaker}-{chapter}-\d{{4}}", utterance), row
+            assert text and text == text.upper(), row
+            lines[utterance] = text
+    return lines
+
+
+def test_committed_corpus_has_librispeech_layout():
+    root = CORPUS / "LibriSpeech"
+    texts = {subset: _transcripts(root / subset) for subset in mini.SUBSETS}
+    assert [len(texts[subset]) for subset in mini.SUBSETS] == [600, 60, 60]
+    for subset, lines in texts.items():
+        flacs = {path.stem: path for path in (root / subset).glob("*/*/*.flac")}
+        assert set(flacs) == set(lines), subset
+        for path in flacs.values():
+            info = sf.info(path)
+            assert (info.samplerate, info.channels) == (16000, 1) and info.frames > 0, path
+    train = set(texts["train-mini"].values())
+    assert not train & set(texts["dev-mini"].values()) and not train & set(texts["test-mini"].values())
+    size = sum(path.stat().st_size for path in CORPUS.rglob("*") if path.is_file())
+    assert size <= 10_000_000
