@@ -171,20 +171,21 @@ def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:
     return prefix.name
 
 
-def write_config(out: Path, spm_name: str) -> None:
+def write_config(out: Path, spm_name: str, time_mask_width: int = SPECAUGMENT_LD["time_mask_T"]) -> None:
     config = {
         "input_feat_per_channel": 80,
         "audio_root": str(out.resolve()),
         "vocab_filename": f"{spm_name}.txt",
         "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
-        "specaugment": SPECAUGMENT_LD,
+        "specaugment": {**SPECAUGMENT_LD, "time_mask_T": time_mask_width},
         "feature_transforms": {"_train": ["utterance_cmvn", "specaugment"], "*": ["utterance_cmvn"]},
     }
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
-            skip_bad: bool = False, combine_train: str | None = None) -> None:
+            skip_bad: bool = False, combine_train: str | None = None,
+            time_mask_width: int = SPECAUGMENT_LD["time_mask_T"]) -> None:
     """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
 
     Raises ``CorpusError`` listing every problem unless ``skip_bad``.
@@ -220,7 +221,7 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
     texts = [u.text for subset in train_subsets for u in kept[subset]]
     if not texts:
         raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
-    write_config(out, train_sentencepiece(texts, out, vocab_size))
+    write_config(out, train_sentencepiece(texts, out, vocab_size), time_mask_width)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--combine-train", default=None, metavar="NAME",
                         help="also write NAME.tsv with every training subset (e.g. train-960)")
     parser.add_argument("--vocab-size", type=int, default=4096, help="SentencePiece units (default 4096)")
+    parser.add_argument("--time-mask-width", type=int, default=SPECAUGMENT_LD["time_mask_T"],
+                        help="SpecAugment's widest time mask in frames (100, LibriSpeech's LD policy)")
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                      else [s for s in subsets if s.startswith("train")])
     try:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
-                args.skip_bad, args.combine_train)
+                args.skip_bad, args.combine_train, args.time_mask_width)
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1

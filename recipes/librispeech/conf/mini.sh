@@ -1,0 +1,24 @@
+# The shipped espeak-ng mini corpus (recipes/librispeech/mini) with a small mssm_transducer: what `make demo`
+# runs on 2 CPU cores. Same variables as conf/librispeech.sh.
+corpus_root="${CORPUS_ROOT:-$repo/recipes/librispeech/mini/LibriSpeech}"
+download="${DOWNLOAD:-0}"
+train_sets="${TRAIN_SETS:-train-mini}"
+train_name="${TRAIN_NAME:-}"
+valid_sets="${VALID_SETS:-dev-mini}"
+eval_sets="${EVAL_SETS:-dev-mini test-mini}"
+vocab_size="${VOCAB_SIZE:-128}"
+time_mask_width="${TIME_MASK_WIDTH:-20}"          # utterances are about 2 s
+arch="${ARCH:-mssm_transducer}"
+model_args="${MODEL_ARGS:---encoder-layers 4 --encoder-embed-dim 144 --encoder-ffn-embed-dim 576 --ssm-heads 4 \
+--ssm-state-size 16 --subsampler tr --predictor-embed-dim 128 --predictor-hidden-dim 128 --predictor-layers 1 \
+--joint-dim 256}"
+lr="${LR:-2e-3}"
+warmup_updates="${WARMUP_UPDATES:-200}"
+hold_until_epoch="${HOLD_UNTIL_EPOCH:-15}"
+decay_per_epoch="${DECAY_PER_EPOCH:-0.9}"
+max_epoch="${MAX_EPOCH:-30}"
+max_tokens="${MAX_TOKENS:-8000}"
+update_freq="${UPDATE_FREQ:-1}"
+average_last="${AVERAGE_LAST:-5}"
+beam="${BEAM:-4}"
+decode_max_tokens="${DECODE_MAX_TOKENS:-20000}"

@@ -1,0 +1,87 @@
+"""fairseq-train and fairseq-generate with --task speech_transducer, and the LibriSpeech recipe, on a fixture."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from librispeech_fixture import TRANSCRIPTS, write_fixture
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY_MODEL = ("--encoder-layers 1 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
+              "--subsampler tr --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 --joint-dim 24")
+
+
+def _run(cmd: list[str], **kwargs) -> str:
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, **kwargs)
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+def _recipe_env(corpus: Path, work: Path) -> dict:
+    return dict(os.environ, CORPUS_ROOT=str(corpus), WORK_DIR=str(work), PYTHON_BIN=str(BIN),
+                TRAIN_SETS="train-fixture", VALID_SETS="test-fixture", EVAL_SETS="test-fixture", VOCAB_SIZE="24",
+                MODEL_ARGS=TINY_MODEL, MAX_EPOCH="2", AVERAGE_LAST="2", WARMUP_UPDATES="2", BEAM="2",
+                TRAIN_ARGS="--batch-size 2 --required-batch-size-multiple 1 --num-workers 0")
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> tuple[Path, dict, str]:
+    """Stages 0-5 of the recipe (the mini conf's settings, the fixture corpus, a tiny model, 2 epochs)."""
+    root = tmp_path_factory.mktemp("librispeech")
+    env = _recipe_env(write_fixture(root), root / "work")
+    out = _run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh"], env=env)
+    return root / "work", env, out
+
+
+def test_recipe_runs_every_stage(recipe):
+    work, _, out = recipe
+    assert "train-fixture is present, skipping its download" in out
+    assert (work / "data/train-fixture.tsv").exists() and (work / "data/config.yaml").exists()
+    checkpoints = work / "checkpoints/mssm_transducer"
+    assert (checkpoints / "checkpoint2.pt").exists() and (checkpoints / "checkpoint_avg2.pt").exists()
+    decoded = (work / "decode/mssm_transducer/test-fixture/generate-test-fixture.txt").read_text()
+    assert len(re.findall(r"^T-\d+\t", decoded, flags=re.M)) == sum(len(v) for v in TRANSCRIPTS["test-fixture"].values())
+    assert re.search(r"^\| mssm_transducer \(beam 2\) \| [0-9.]+ \|$", out, flags=re.M)
+
+
+def test_recipe_restarts_at_a_stage(recipe):
+    work, env, _ = recipe
+    out = _run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--stage", "5"],
+               env=env)
+    assert "stage 5" in out and "stage 4" not in out
+    assert (work / "wer_mssm_transducer.md").read_text().splitlines()[0] == "| model | test-fixture WER % |"
+
+
+def test_recipe_names_a_missing_subset(tmp_path):
+    env = _recipe_env(tmp_path / "nowhere", tmp_path / "work")
+    result = subprocess.run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh",
+                             "--stop-stage", "0"], capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode != 0 and "missing subset" in result.stderr and "train-fixture" in result.stderr
+
+
+def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
+    """The CLIs directly: 3 updates, then beam 2 with 2-best lists and WER, into --results-path."""
+    work, _, _ = recipe
+    data = work / "data"
+    _run([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+          "--train-subset", "train-fixture", "--valid-subset", "test-fixture", "--arch", "mssm_transducer",
+          *TINY_MODEL.split(), "--criterion", "transducer", "--optimizer", "adam", "--lr", "1e-3",
+          "--lr-scheduler", "warmup_hold_exp_decay", "--warmup-updates", "2", "--max-update", "3",
+          "--batch-size", "2", "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"),
+          "--num-workers", "0", "--cpu"])
+    _run([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+          "--path", str(tmp_path / "ckpt/checkpoint_last.pt"), "--gen-subset", "test-fixture", "--beam", "2",
+          "--nbest", "2", "--scoring", "wer", "--post-process", "sentencepiece", "--max-tokens", "10000",
+          "--results-path", str(tmp_path / "decode"), "--cpu"])
+    decoded = (tmp_path / "decode/generate-test-fixture.txt").read_text()
+    targets = dict(re.findall(r"^T-(\d+)\t(.*)$", decoded, flags=re.M))
+    assert sorted(targets.values()) == ["a cat ran on the mat", "the dog sat in the park"]  # words, not pieces
+    hypotheses = re.findall(r"^D-(\d+)\t(\S+)\t", decoded, flags=re.M)
+    assert sorted(i for i, _ in hypotheses) == sorted(list(targets) * 2)  # --nbest 2
+    assert re.search(r"^Generate test-fixture with beam=2: WER: [0-9.]+$", decoded, flags=re.M)
