@@ -24,8 +24,9 @@ $(STAMP): setup.py Makefile
 test: setup
 	$(BIN)/python -m pytest -q tests
 
+# Trains and decodes a small MSSM transducer on the shipped mini corpus (CPU; resumes if run again).
 demo: setup
-	$(BIN)/python scripts/benchmarks/ssm_vs_attention.py
+	PYTHON_BIN=$(abspath $(BIN)) bash recipes/librispeech/run.sh --conf recipes/librispeech/conf/mini.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info

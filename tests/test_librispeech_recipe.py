@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from fairseq import checkpoint_utils
+
+import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoints hold)
 
 from librispeech_fixture import TRANSCRIPTS, write_fixture
 
@@ -48,6 +52,17 @@ def test_recipe_runs_every_stage(recipe):
     decoded = (work / "decode/mssm_transducer/test-fixture/generate-test-fixture.txt").read_text()
     assert len(re.findall(r"^T-\d+\t", decoded, flags=re.M)) == sum(len(v) for v in TRANSCRIPTS["test-fixture"].values())
     assert re.search(r"^\| mssm_transducer \(beam 2\) \| [0-9.]+ \|$", out, flags=re.M)
+
+
+def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(recipe):
+    work, _, _ = recipe
+    checkpoints = work / "checkpoints/mssm_transducer"
+    epochs = [checkpoint_utils.load_checkpoint_to_cpu(str(checkpoints / f"checkpoint{e}.pt"))["model"] for e in (1, 2)]
+    averaged = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoints / "checkpoint_avg2.pt"))
+    assert averaged["model"].keys() == epochs[1].keys()
+    for name, value in averaged["model"].items():
+        assert torch.allclose(value, (epochs[0][name].double() + epochs[1][name].double()).div(2).to(value.dtype))
+    assert not torch.equal(epochs[0]["joiner.output.weight"], epochs[1]["joiner.output.weight"])
 
 
 def test_recipe_restarts_at_a_stage(recipe):

@@ -47,3 +47,19 @@ def test_real_vandermonde_gradcheck():
     a = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     base = (torch.rand(4, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: real_vandermonde(a, b, 13), (a, base))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_real_vandermonde_zero_base_has_finite_gradients(dtype):
+    # In float32, 1 + dt mu / 2 can round to exactly 0 during training: that base must not make a NaN gradient.
+    base = torch.tensor([0.0, 0.5, -0.3], dtype=dtype, requires_grad=True)
+    a = torch.tensor([1.0, 2.0, -1.0], dtype=dtype, requires_grad=True)
+    out = real_vandermonde(a, base, 7)
+    torch.testing.assert_close(out[0], a.sum() - 0.0)  # 0 ** 0 = 1 for every base
+    out.sum().backward()
+    assert torch.isfinite(base.grad).all() and torch.isfinite(a.grad).all()
+    other = base.detach()[1:].clone().requires_grad_()  # the nonzero bases get their exact gradients
+    direct = (a.detach()[1:, None] * other[:, None] ** torch.arange(7, dtype=dtype)).sum()
+    direct.backward()
+    torch.testing.assert_close(base.grad[1:], other.grad)
+    torch.testing.assert_close(a.grad[0], torch.tensor(1.0, dtype=dtype))  # only 0 ** 0 contributes

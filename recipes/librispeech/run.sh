@@ -72,7 +72,7 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   # shellcheck disable=SC2086
   run fairseq-train "$data_dir" --user-dir "$repo/ssm_fairseq" --task speech_transducer \
     --train-subset "$train_subset" --valid-subset "$valid_sets" --arch "$arch" $model_args \
-    --criterion transducer --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 5 --lr "$lr" \
+    --criterion transducer $criterion_args --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 5 --lr "$lr" \
     --lr-scheduler warmup_hold_exp_decay --warmup-updates "$warmup_updates" \
     --hold-until-epoch "$hold_until_epoch" --decay-per-epoch "$decay_per_epoch" --max-epoch "$max_epoch" \
     --max-tokens "$max_tokens" --update-freq "$update_freq" --save-dir "$save_dir" \

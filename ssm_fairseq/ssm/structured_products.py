@@ -150,7 +150,9 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     Returns:
         ``... x L`` real.
     """
-    log_abs = torch.log(base.abs()).clamp_min(-1e4).unsqueeze(-1)  # 0 ** k -> exp(-1e4 k)
+    # 0 ** k: clamp before the log, so that a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32)
+    # gives exp(log(tiny) k) = 0 for k >= 1 and a zero gradient, not log(0) and a NaN gradient.
+    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-1)
     negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
     m = max(1, math.isqrt(L))
     blocks, rest = divmod(L, m)

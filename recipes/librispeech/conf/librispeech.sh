@@ -10,6 +10,7 @@ vocab_size="${VOCAB_SIZE:-4096}"
 time_mask_width="${TIME_MASK_WIDTH:-100}"         # SpecAugment LD policy
 arch="${ARCH:-mssm_transducer}"
 model_args="${MODEL_ARGS:-}"
+criterion_args="${CRITERION_ARGS:-}"               # e.g. --joint-sub-batch 4 to bound the lattice memory
 # Adam, linear warmup over 8000 updates, hold until epoch 60, then x0.96 per epoch, up to 200 epochs. The paper
 # does not give the peak learning rate or the batch (it fills 32 A100s); these are ours.
 lr="${LR:-1e-3}"
