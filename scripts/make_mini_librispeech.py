@@ -1,6 +1,6 @@
 """Synthesise a mini speech corpus in LibriSpeech layout with espeak-ng, small enough to commit to git.
 
-Sentences come from a small grammar of its own (about 330 words, 4 to 12 words a sentence, upper case, no
+Sentences come from a small grammar of its own (about 200 words, 4 to 12 words a sentence, upper case, no
 punctuation). Each speaker is one espeak-ng voice at one speaking rate and pitch; every speaker reads in train,
 and dev and test are read by the same speakers. Dev and test sentences never occur in train, but every one of
 their words does. Audio is resampled to 16 kHz, trimmed of leading and trailing silence and stored as 8-bit FLAC
@@ -37,45 +37,28 @@ SUBSETS = ("train-mini", "dev-mini", "test-mini")
 MIN_WORDS, MAX_WORDS = 4, 12
 
 # --- The grammar. Nouns are (singular, plural) pairs; places only take the singular. ---
-NAMES = ("MARY", "JOHN", "ANNA", "PETER", "LUCY", "THOMAS", "EMMA", "GEORGE", "ALICE", "HENRY", "SARAH", "JAMES",
-         "HELEN", "CLARA", "RUTH", "ARTHUR")
+NAMES = ("MARY", "JOHN", "ANNA", "PETER", "LUCY", "THOMAS", "EMMA", "GEORGE", "ALICE", "HENRY")
 AGENTS = (("FARMER", "FARMERS"), ("BAKER", "BAKERS"), ("TEACHER", "TEACHERS"), ("DOCTOR", "DOCTORS"),
-          ("SAILOR", "SAILORS"), ("SOLDIER", "SOLDIERS"), ("SINGER", "SINGERS"), ("PAINTER", "PAINTERS"),
-          ("HUNTER", "HUNTERS"), ("FISHERMAN", "FISHERMEN"), ("CHILD", "CHILDREN"), ("WOMAN", "WOMEN"),
-          ("MAN", "MEN"), ("GIRL", "GIRLS"), ("BOY", "BOYS"), ("FRIEND", "FRIENDS"), ("NEIGHBOR", "NEIGHBORS"),
-          ("KING", "KINGS"), ("QUEEN", "QUEENS"), ("STRANGER", "STRANGERS"), ("STUDENT", "STUDENTS"),
-          ("DOG", "DOGS"), ("CAT", "CATS"), ("HORSE", "HORSES"), ("BIRD", "BIRDS"), ("FOX", "FOXES"),
-          ("WOLF", "WOLVES"), ("COW", "COWS"), ("RABBIT", "RABBITS"), ("MOUSE", "MICE"), ("DUCK", "DUCKS"),
-          ("GOAT", "GOATS"))
+          ("SAILOR", "SAILORS"), ("CHILD", "CHILDREN"), ("WOMAN", "WOMEN"), ("MAN", "MEN"), ("GIRL", "GIRLS"),
+          ("BOY", "BOYS"), ("KING", "KINGS"), ("DOG", "DOGS"), ("CAT", "CATS"), ("HORSE", "HORSES"),
+          ("BIRD", "BIRDS"), ("FOX", "FOXES"))
 THINGS = (("APPLE", "APPLES"), ("BASKET", "BASKETS"), ("BOOK", "BOOKS"), ("LETTER", "LETTERS"), ("BOX", "BOXES"),
-          ("CUP", "CUPS"), ("KEY", "KEYS"), ("LAMP", "LAMPS"), ("COAT", "COATS"), ("HAT", "HATS"),
-          ("BOAT", "BOATS"), ("CART", "CARTS"), ("BELL", "BELLS"), ("STONE", "STONES"), ("CANDLE", "CANDLES"),
-          ("RING", "RINGS"), ("BOTTLE", "BOTTLES"), ("PICTURE", "PICTURES"), ("CHAIR", "CHAIRS"),
-          ("TABLE", "TABLES"), ("FLOWER", "FLOWERS"), ("HAMMER", "HAMMERS"))
-PLACES = ("RIVER", "MARKET", "GARDEN", "FOREST", "VILLAGE", "HOUSE", "BRIDGE", "CHURCH", "STATION", "HILL", "FIELD",
-          "KITCHEN", "SCHOOL", "CASTLE", "ROAD", "LAKE", "MOUNTAIN", "VALLEY")
-AGENT_ADJECTIVES = ("OLD", "YOUNG", "LITTLE", "TALL", "HAPPY", "TIRED", "HUNGRY", "BRAVE", "CLEVER", "QUIET",
-                    "LAZY", "KIND", "ANGRY", "POOR", "RICH", "GENTLE", "SLEEPY", "NOISY", "FAMOUS", "STRANGE")
-THING_ADJECTIVES = ("OLD", "LITTLE", "BIG", "SMALL", "RED", "GREEN", "BLUE", "WHITE", "BLACK", "BROWN", "GOLDEN",
-                    "YELLOW", "HEAVY", "EMPTY", "BROKEN", "WOODEN", "SILVER", "BRIGHT", "DARK", "BEAUTIFUL")
-PLACE_ADJECTIVES = ("OLD", "BIG", "SMALL", "QUIET", "DARK", "WARM", "COLD", "GREEN", "NOISY", "BEAUTIFUL")
+          ("CUP", "CUPS"), ("KEY", "KEYS"), ("LAMP", "LAMPS"), ("HAT", "HATS"), ("BOAT", "BOATS"),
+          ("STONE", "STONES"), ("CANDLE", "CANDLES"), ("BELL", "BELLS"), ("RING", "RINGS"))
+PLACES = ("RIVER", "MARKET", "GARDEN", "FOREST", "VILLAGE", "HOUSE", "BRIDGE", "STATION", "HILL", "KITCHEN", "SCHOOL", "LAKE")
+AGENT_ADJECTIVES = ("OLD", "YOUNG", "LITTLE", "TALL", "HAPPY", "TIRED", "HUNGRY", "BRAVE", "CLEVER", "QUIET")
+THING_ADJECTIVES = ("OLD", "LITTLE", "BIG", "SMALL", "RED", "GREEN", "BLUE", "WHITE", "HEAVY", "WOODEN")
+PLACE_ADJECTIVES = ("OLD", "BIG", "SMALL", "QUIET", "DARK", "GREEN")
 TRANSITIVE_VERBS = ("CARRIED", "OPENED", "FOUND", "LOST", "SAW", "WATCHED", "FOLLOWED", "PAINTED", "CLEANED",
-                    "BOUGHT", "SOLD", "BROUGHT", "TOOK", "PUSHED", "PULLED", "DROPPED", "HELD", "FIXED", "COUNTED",
-                    "WASHED", "CAUGHT", "CHASED", "HELPED", "CALLED", "MET", "VISITED", "HID", "KEPT", "DREW",
-                    "MOVED", "FILLED", "LIFTED", "SHOWED", "TOUCHED")
-INTRANSITIVE_VERBS = ("SLEPT", "WAITED", "SANG", "DANCED", "LAUGHED", "RESTED", "WORKED", "PLAYED", "SAT", "STOOD",
-                      "STAYED", "SHOUTED", "SMILED")
-MOTION_VERBS = ("WALKED", "RAN", "HURRIED", "WENT", "CAME", "RODE", "SAILED", "TRAVELED", "RETURNED", "CLIMBED")
-LOCATIVE_PREPOSITIONS = ("IN", "NEAR", "BEHIND", "UNDER", "ACROSS", "BESIDE", "INSIDE", "AROUND", "BY", "ABOVE",
-                         "AT", "OUTSIDE")
-MOTION_PREPOSITIONS = ("TO", "FROM", "INTO", "THROUGH", "TOWARD", "PAST", "OVER", "ALONG")
-ADVERBS = ("SLOWLY", "QUICKLY", "QUIETLY", "CAREFULLY", "HAPPILY", "SUDDENLY", "GENTLY", "LOUDLY", "SADLY",
-           "PROUDLY", "CALMLY", "SOFTLY", "FINALLY", "AGAIN", "TOGETHER", "EARLY", "LATE")
-TIMES = ("YESTERDAY", "TODAY", "LAST NIGHT", "THIS MORNING", "IN THE EVENING", "IN THE AFTERNOON", "AT NOON",
-         "ON MONDAY", "ON TUESDAY", "ON WEDNESDAY", "ON THURSDAY", "ON FRIDAY", "ON SATURDAY", "ON SUNDAY",
-         "IN SPRING", "IN SUMMER", "IN AUTUMN", "IN WINTER")
-NUMBERS = ("TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE", "TEN", "ELEVEN", "TWELVE", "TWENTY",
-           "THIRTY", "FORTY", "FIFTY")
+                    "BOUGHT", "SOLD", "BROUGHT", "PUSHED", "DROPPED", "HELD", "FIXED", "CAUGHT", "CHASED", "HELPED", "CALLED")
+INTRANSITIVE_VERBS = ("SLEPT", "WAITED", "SANG", "DANCED", "LAUGHED", "RESTED", "WORKED", "PLAYED", "SAT", "STOOD")
+MOTION_VERBS = ("WALKED", "RAN", "HURRIED", "WENT", "CAME", "RODE")
+LOCATIVE_PREPOSITIONS = ("IN", "NEAR", "BEHIND", "UNDER", "ACROSS", "BESIDE")
+MOTION_PREPOSITIONS = ("TO", "FROM", "INTO", "THROUGH", "TOWARD")
+ADVERBS = ("SLOWLY", "QUICKLY", "QUIETLY", "CAREFULLY", "HAPPILY", "SUDDENLY", "AGAIN", "TOGETHER", "GENTLY", "LOUDLY")
+TIMES = ("YESTERDAY", "TODAY", "LAST NIGHT", "THIS MORNING", "IN THE EVENING", "ON MONDAY", "ON FRIDAY",
+         "ON SUNDAY", "IN SUMMER", "IN WINTER")
+NUMBERS = ("TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "TEN")
 # A word repeated in a tuple is drawn more often.
 SINGULAR_DETERMINERS = ("THE", "THE", "A", "THIS", "THAT", "EVERY", "HER", "HIS", "OUR", "THEIR", "MY", "ONE")
 PLURAL_DETERMINERS = ("THE", "THE", "SOME", "MANY", "THESE", "THOSE", "SEVERAL", "HER", "HIS", "OUR", "THEIR")
@@ -84,10 +67,8 @@ PLACE_DETERMINERS = ("THE", "THE", "THE", "A", "THAT", "HER", "HIS", "OUR", "THE
 TEMPLATE_WORDS = ("AN", "AND", "WAS", "WERE", "THERE", "WITH")
 
 # --- Speakers: one espeak-ng voice (a language, optionally with a "+variant") at one rate and pitch each. ---
-VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
-          "en-us-nyc", "en-us+f2", "en-gb+f3", "en-gb-scotland+f1", "en-029+f4", "en-gb-x-rp+m3", "en-us-nyc+m1",
-          "en-gb-x-gbclan+f2", "en-us+m2")
-RATES = range(160, 221, 10)  # words per minute
+VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-029", "en-us+f2", "en-gb+f3")
+RATES = range(160, 201, 10)  # words per minute
 PITCHES = range(30, 71, 5)  # espeak-ng's 0-99 scale, 50 by default
 
 

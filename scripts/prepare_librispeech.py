@@ -10,7 +10,8 @@ Output in ``--out``:
   with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
 - ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
   its fairseq dictionary (ids agree: 0 ``<s>``, the transducer's blank, 1 ``<pad>``, 2 ``</s>``, 3 ``<unk>``);
-- ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets.
+- ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets
+  unless ``--no-specaugment``.
 
 Features are computed on ``--jobs`` processes with progress logs; utterances whose ``.npy`` is already there
 are skipped, so an interrupted run resumes. Every problem (missing or unreadable audio, empty audio or
@@ -171,21 +172,24 @@ def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:
     return prefix.name
 
 
-def write_config(out: Path, spm_name: str, time_mask_width: int = SPECAUGMENT_LD["time_mask_T"]) -> None:
+def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
+    """``config.yaml``; ``time_mask_width`` None: no SpecAugment."""
     config = {
         "input_feat_per_channel": 80,
         "audio_root": str(out.resolve()),
         "vocab_filename": f"{spm_name}.txt",
         "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
-        "specaugment": {**SPECAUGMENT_LD, "time_mask_T": time_mask_width},
-        "feature_transforms": {"_train": ["utterance_cmvn", "specaugment"], "*": ["utterance_cmvn"]},
+        "feature_transforms": {"_train": ["utterance_cmvn"], "*": ["utterance_cmvn"]},
     }
+    if time_mask_width is not None:
+        config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
+        config["feature_transforms"]["_train"].append("specaugment")
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
             skip_bad: bool = False, combine_train: str | None = None,
-            time_mask_width: int = SPECAUGMENT_LD["time_mask_T"]) -> None:
+            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
     """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
 
     Raises ``CorpusError`` listing every problem unless ``skip_bad``.
@@ -237,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=4096, help="SentencePiece units (default 4096)")
     parser.add_argument("--time-mask-width", type=int, default=SPECAUGMENT_LD["time_mask_T"],
                         help="SpecAugment's widest time mask in frames (100, LibriSpeech's LD policy)")
+    parser.add_argument("--no-specaugment", action="store_true", help="no SpecAugment on training subsets")
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                      else [s for s in subsets if s.startswith("train")])
     try:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
-                args.skip_bad, args.combine_train, args.time_mask_width)
+                args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width)
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1

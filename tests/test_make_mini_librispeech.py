@@ -50,7 +50,7 @@ def test_dev_and_test_are_new_sentences_of_train_words(splits):
 
 
 def test_vocabulary_is_a_few_hundred_words(splits):
-    assert 250 <= len(mini.vocabulary()) <= 350
+    assert 190 <= len(mini.vocabulary()) <= 260
     assert _words(splits["train-mini"]) <= mini.vocabulary()
     assert len(_words(splits["train-mini"])) >= 0.95 * len(mini.vocabulary())
 

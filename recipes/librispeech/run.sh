@@ -64,7 +64,7 @@ if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
   log "stage 1: features, manifests, SentencePiece ($vocab_size) for $subsets -> $data_dir"
   run python "$repo/scripts/prepare_librispeech.py" --librispeech-root "$corpus_root" --out "$data_dir" \
     --subsets "$subsets" --train-subsets "${train_sets// /,}" ${train_name:+--combine-train "$train_name"} \
-    --vocab-size "$vocab_size" --time-mask-width "$time_mask_width"
+    --vocab-size "$vocab_size" --time-mask-width "$time_mask_width" $([[ "$specaugment" == 1 ]] || echo --no-specaugment)
 fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then

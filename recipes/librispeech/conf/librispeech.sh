@@ -7,6 +7,7 @@ train_name="${TRAIN_NAME:-train-960}"             # the combined training manife
 valid_sets="${VALID_SETS:-dev-clean,dev-other}"
 eval_sets="${EVAL_SETS:-dev-clean dev-other test-clean test-other}"
 vocab_size="${VOCAB_SIZE:-4096}"
+specaugment="${SPECAUGMENT:-1}"
 time_mask_width="${TIME_MASK_WIDTH:-100}"         # SpecAugment LD policy
 arch="${ARCH:-mssm_transducer}"
 model_args="${MODEL_ARGS:-}"

@@ -1,0 +1,174 @@
+#!/usr/bin/env python
+"""Real-time factor and peak memory of transducer decoding: our batched search against torchaudio's.
+
+For a trained checkpoint (by default the one ``make demo`` leaves) and an evaluation subset, every utterance is
+decoded (encoder + search) with
+
+* ours: greedy, beam 4 and beam 8 (``ssm_fairseq.generation``), batched (all utterances of a
+  ``--max-tokens`` batch at once, as ``fairseq-generate`` does) and one utterance at a time;
+* torchaudio: ``torchaudio.models.RNNTBeamSearch`` (one utterance at a time, as it works) at beams 4 and 8,
+  given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, at most 3 labels
+  per frame as ours, hypotheses ranked by total log-probability as ours.
+
+RTF = decoding seconds / audio seconds (10 ms feature frames); lower is faster. WER is printed alongside so that
+speed is not bought with accuracy. Time is the best of ``--repeats`` runs after a warm-up; peak memory as in
+``measurement.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Callable
+
+import editdistance
+import torch
+from measurement import add_measurement_arguments, in_subprocess, measure
+
+import ssm_fairseq  # noqa: F401  (registers the task and model)
+from fairseq import checkpoint_utils
+from ssm_fairseq.generation import TransducerGenerator
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg5.pt"
+DEFAULT_DATA = REPO / "exp/librispeech_mini/data"
+CONFIGS = [  # (label, implementation, beam, batched)
+    ("greedy", "ours", 1, True), ("greedy", "ours", 1, False),
+    ("beam 4", "ours", 4, True), ("beam 4", "ours", 4, False), ("beam 4", "torchaudio", 4, False),
+    ("beam 8", "ours", 8, True), ("beam 8", "ours", 8, False), ("beam 8", "torchaudio", 8, False),
+]
+
+
+class TorchaudioInterface(torch.nn.Module):
+    """Our ``TransducerModel`` behind torchaudio's ``RNNT`` methods, for ``RNNTBeamSearch``.
+
+    torchaudio keeps predictor states as lists of ``[h, c]`` with the batch first; ours are LSTM ``(h, c)``
+    pairs of ``1 x B x hidden``.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def transcribe(self, sources, source_lengths):
+        encoder = self.model.encoder(sources, source_lengths)
+        return encoder["encoder_out"], encoder["encoder_lengths"]
+
+    def predict(self, targets, target_lengths, state):
+        ours = None if state is None else [(h.unsqueeze(0), c.unsqueeze(0)) for h, c in state]
+        out, new_state = self.model.predictor(targets, ours)
+        return out, target_lengths, [[h.squeeze(0), c.squeeze(0)] for h, c in new_state]
+
+    def join(self, source_encodings, source_lengths, target_encodings, target_lengths):
+        return self.model.joiner(source_encodings, target_encodings), source_lengths, target_lengths
+
+
+def load(checkpoint: Path, data: Path, subset: str, max_tokens: int):
+    """The model, the subset's batches (fairseq's batching) and the SentencePiece decoder."""
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    batches = task.get_batch_iterator(dataset, max_tokens=max_tokens, max_positions=model.max_positions()
+                                      ).next_epoch_itr(shuffle=False)
+    return model, task, list(batches)
+
+
+def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]], float]:
+    """A function that decodes the whole subset -> (reference, hypothesis) word strings, and the audio seconds."""
+    implementation, beam, batched = args.one[0], int(args.one[1]), args.one[2] == "batched"
+    model, task, batches = load(args.checkpoint, args.data, args.subset, args.max_tokens)
+    bpe, dictionary = task.build_bpe(None), task.target_dictionary
+    seconds = sum(int(n) for batch in batches for n in batch["net_input"]["src_lengths"]) / 100
+    if not batched:
+        batches = [_single(batch, i) for batch in batches for i in range(len(batch["id"]))]
+
+    def words(tokens) -> str:
+        return bpe.decode(dictionary.string(torch.as_tensor(tokens), extra_symbols_to_ignore={dictionary.bos()}))
+
+    def reference(batch, i) -> str:
+        return words(batch["target"][i][batch["target"][i] != dictionary.pad()][:-1])  # no eos
+
+    if implementation == "torchaudio":
+        from torchaudio.models import RNNTBeamSearch
+
+        # ranked by total log-probability like ours (torchaudio's default divides it by the length)
+        search = RNNTBeamSearch(TorchaudioInterface(model), blank=model.blank, step_max_tokens=3,
+                                hypo_sort_key=lambda hypothesis: hypothesis[3])
+
+        def run():
+            pairs = []
+            with torch.no_grad():
+                for batch in batches:
+                    net = batch["net_input"]
+                    best = search(net["src_tokens"][0], net["src_lengths"], beam)[0]
+                    pairs.append((reference(batch, 0), words(best[0][1:])))  # it starts with the blank
+            return pairs
+        return run, seconds
+
+    generator = TransducerGenerator([model], dictionary, beam=beam, max_symbols_per_frame=3)
+
+    def run():
+        pairs = []
+        for batch in batches:
+            for i, hypotheses in enumerate(generator.generate([model], batch)):
+                pairs.append((reference(batch, i), words(hypotheses[0]["tokens"])))
+        return pairs
+    return run, seconds
+
+
+def _single(batch: dict, i: int) -> dict:
+    """Utterance ``i`` of a batch as a batch of one, without padding."""
+    length = int(batch["net_input"]["src_lengths"][i])
+    return {"id": batch["id"][i : i + 1], "target": batch["target"][i : i + 1],
+            "net_input": {"src_tokens": batch["net_input"]["src_tokens"][i : i + 1, :length],
+                          "src_lengths": batch["net_input"]["src_lengths"][i : i + 1]}}
+
+
+def word_error_rate(pairs: list[tuple[str, str]]) -> float:
+    errors = sum(editdistance.eval(ref.split(), hyp.split()) for ref, hyp in pairs)
+    return 100 * errors / sum(len(ref.split()) for ref, _ in pairs)
+
+
+def measure_one(args: argparse.Namespace) -> dict:
+    run, seconds = build(args)
+    result = measure(run, "cpu", args.repeats, args.what)
+    if args.what == "time":
+        result.update(audio_seconds=seconds, wer=word_error_rate(run()))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--subset", default="test-mini")
+    parser.add_argument("--max-tokens", type=int, default=20000, help="batched decoding: frames per batch")
+    add_measurement_arguments(parser, repeats=2)
+    parser.add_argument("--one", nargs=3, metavar=("IMPLEMENTATION", "BEAM", "BATCHING"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.one:
+        print(json.dumps(measure_one(args)))
+        return
+    if not args.checkpoint.is_file():
+        parser.error(f"no checkpoint at {args.checkpoint}: run `make demo` first or pass --checkpoint")
+    print(f"# Transducer decoding of {args.subset} ({args.checkpoint.name}), CPU, {args.threads} threads, "
+          f"best of {args.repeats}, torch {torch.__version__}\n")
+    print("| search | implementation | batching | RTF | vs ours greedy batched | peak MiB | WER % |")
+    print("|---|---|---|---|---|---|---|")
+    common = ["--checkpoint", str(args.checkpoint), "--data", str(args.data), "--subset", args.subset,
+              "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--threads", str(args.threads)]
+    baseline = None
+    for label, implementation, beam, batched in CONFIGS:
+        batching = "batched" if batched else "one at a time"
+        r = in_subprocess(__file__, ["--one", implementation, str(beam), "batched" if batched else "single", *common])
+        rtf = r["seconds"] / r["audio_seconds"]
+        baseline = baseline or rtf
+        print(f"| {label} | {implementation} | {batching} | {rtf:.4f} | {rtf / baseline:.2f}x | {r['peak_mib']:.0f} "
+              f"| {r['wer']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
