@@ -30,7 +30,7 @@ from fairseq import checkpoint_utils
 from ssm_fairseq.generation import TransducerGenerator
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg5.pt"
+DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"
 DEFAULT_DATA = REPO / "exp/librispeech_mini/data"
 CONFIGS = [  # (label, implementation, beam, batched)
     ("greedy", "ours", 1, True), ("greedy", "ours", 1, False),
