@@ -43,9 +43,11 @@ if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/
 run() { "${bin:+$bin/}$@"; }
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
 train_subset="${train_name:-${train_sets// /,}}"
+# every subset once, in order: training, validation, evaluation
+all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"
 
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
-  for subset in $train_sets ${valid_sets//,/ } $eval_sets; do
+  for subset in $all_subsets; do
     if [[ -d "$corpus_root/$subset" ]]; then
       log "stage 0: $corpus_root/$subset is present, skipping its download"
     elif [[ "$download" == 1 ]]; then
@@ -60,7 +62,7 @@ if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
 fi
 
 if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
-  subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd,)"
+  subsets="${all_subsets// /,}"
   log "stage 1: features, manifests, SentencePiece ($vocab_size) for $subsets -> $data_dir"
   run python "$repo/scripts/prepare_librispeech.py" --librispeech-root "$corpus_root" --out "$data_dir" \
     --subsets "$subsets" --train-subsets "${train_sets// /,}" ${train_name:+--combine-train "$train_name"} \
