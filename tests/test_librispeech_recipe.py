@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,11 @@ from fairseq import checkpoint_utils
 
 import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoints hold)
 
+from cli import BIN, REPO, run_ok
 from librispeech_fixture import TRANSCRIPTS, write_fixture
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 TINY_MODEL = ("--encoder-layers 1 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
               "--subsampler tr --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 --joint-dim 24")
-
-
-def _run(cmd: list[str], **kwargs) -> str:
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, **kwargs)
-    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout + result.stderr
 
 
 def _recipe_env(corpus: Path, work: Path) -> dict:
@@ -39,7 +31,7 @@ def recipe(tmp_path_factory) -> tuple[Path, dict, str]:
     """Stages 0-5 of the recipe (the mini conf's settings, the fixture corpus, a tiny model, 2 epochs)."""
     root = tmp_path_factory.mktemp("librispeech")
     env = _recipe_env(write_fixture(root), root / "work")
-    out = _run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh"], env=env)
+    out = run_ok(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh"], env=env)
     return root / "work", env, out
 
 
@@ -67,7 +59,7 @@ def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(recipe):
 
 def test_recipe_restarts_at_a_stage(recipe):
     work, env, _ = recipe
-    out = _run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--stage", "5"],
+    out = run_ok(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--stage", "5"],
                env=env)
     assert "stage 5" in out and "stage 4" not in out
     assert (work / "wer_mssm_transducer.md").read_text().splitlines()[0] == "| model | test-fixture WER % |"
@@ -84,13 +76,13 @@ def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
     """The CLIs directly: 3 updates, then beam 2 with 2-best lists and WER, into --results-path."""
     work, _, _ = recipe
     data = work / "data"
-    _run([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
           "--train-subset", "train-fixture", "--valid-subset", "test-fixture", "--arch", "mssm_transducer",
           *TINY_MODEL.split(), "--criterion", "transducer", "--optimizer", "adam", "--lr", "1e-3",
           "--lr-scheduler", "warmup_hold_exp_decay", "--warmup-updates", "2", "--max-update", "3",
           "--batch-size", "2", "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"),
           "--num-workers", "0", "--cpu"])
-    _run([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+    run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
           "--path", str(tmp_path / "ckpt/checkpoint_last.pt"), "--gen-subset", "test-fixture", "--beam", "2",
           "--nbest", "2", "--scoring", "wer", "--post-process", "sentencepiece", "--max-tokens", "10000",
           "--results-path", str(tmp_path / "decode"), "--cpu"])

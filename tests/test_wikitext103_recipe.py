@@ -4,21 +4,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from cli import BIN, REPO, run_ok
+
 TINY = ("--decoder-layers 2 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --decoder-attention-heads 4 "
         "--attention-window 8 --adaptive-input-cutoff 20,60 --adaptive-softmax-cutoff 20,60 --ssm-state-size 8")
-
-
-def _run(cmd: list[str], **kwargs) -> str:
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, **kwargs)
-    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +22,7 @@ def trained(tmp_path_factory) -> Path:
                TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="16", EVAL_ARGS="--cpu",
                TRAIN_ARGS=f"{TINY} --max-update 4 --warmup-updates 1 --max-tokens 256 --update-freq 1 --cpu "
                           "--num-workers 0 --no-epoch-checkpoints")
-    out = _run(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "4"], env=env)
+    out = run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "4"], env=env)
     table = re.search(r"\| spade_lm_wiki103 \| ([0-9.]+) \| ([0-9.]+) \|", out)
     assert table, out[-2000:]
     assert all(1 < float(ppl) < 1000 for ppl in table.groups())  # the vocabulary has about 140 types
@@ -43,13 +36,13 @@ def test_recipe_stages_train_and_score(trained):
 
 def test_recipe_restarts_at_a_stage(trained):
     env = dict(os.environ, WORK_DIR=str(trained))
-    out = _run(["bash", "recipes/wikitext103/run.sh", "--stage", "4"], env=env)
+    out = run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "4"], env=env)
     assert "| spade_lm_wiki103 |" in out
 
 
 @pytest.mark.parametrize("search", [["--beam", "2"], ["--sampling", "--sampling-topk", "5", "--beam", "1"]])
 def test_fairseq_interactive_continues_prompts(trained, search):
-    out = _run([str(BIN / "fairseq-interactive"), str(trained / "data-bin"), "--user-dir", "ssm_fairseq", "--task",
+    out = run_ok([str(BIN / "fairseq-interactive"), str(trained / "data-bin"), "--user-dir", "ssm_fairseq", "--task",
                 "language_modeling", "--path", str(trained / "checkpoints/spade_lm_wiki103/checkpoint_best.pt"),
                 *search, "--max-len-b", "12", "--cpu"],
                input="The old bridge was\nIt is now\n")
@@ -62,9 +55,9 @@ def test_fairseq_generate_continues_prompts(trained, tmp_path):
     # one prompt per line, binarised with the training dictionary; each line is a prefix to continue.
     # fairseq's default --required-batch-size-multiple 8 silently drops batches smaller than 8: use 1.
     (tmp_path / "prompts.txt").write_text("The old bridge was\nIt is now a\nThe castle was opened in\n")
-    _run([str(BIN / "fairseq-preprocess"), "--only-source", "--testpref", str(tmp_path / "prompts.txt"),
+    run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--testpref", str(tmp_path / "prompts.txt"),
           "--srcdict", str(trained / "data-bin/dict.txt"), "--destdir", str(tmp_path / "prompts-bin")])
-    out = _run([str(BIN / "fairseq-generate"), str(tmp_path / "prompts-bin"), "--user-dir", "ssm_fairseq", "--task",
+    out = run_ok([str(BIN / "fairseq-generate"), str(tmp_path / "prompts-bin"), "--user-dir", "ssm_fairseq", "--task",
                 "language_modeling", "--path", str(trained / "checkpoints/spade_lm_wiki103/checkpoint_best.pt"),
                 "--gen-subset", "test", "--beam", "2", "--max-len-b", "20", "--batch-size", "2", "--cpu",
                 "--tokens-per-sample", "64", "--sample-break-mode", "eos", "--required-batch-size-multiple", "1"])

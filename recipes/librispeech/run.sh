@@ -38,10 +38,8 @@ work_dir="${WORK_DIR:-$default_work}"
 data_dir="$work_dir/data"
 save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
-bin="${PYTHON_BIN:-}"
-if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
-run() { "${bin:+$bin/}$@"; }
-log() { echo "[$(date '+%H:%M:%S')] $*"; }
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh"
 train_subset="${train_name:-${train_sets// /,}}"
 # every subset once, in order: training, validation, evaluation
 all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"

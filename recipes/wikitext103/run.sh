@@ -29,12 +29,10 @@ data_dir="${DATA_DIR:-data/wikitext-103}"
 work_dir="${WORK_DIR:-exp/wikitext103}"
 tokens_per_sample="${TOKENS_PER_SAMPLE:-3072}"
 context_window="${CONTEXT_WINDOW:-400}"
-bin="${PYTHON_BIN:-}"
-if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
-run() { "${bin:+$bin/}$@"; }
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh"
 data_bin="$work_dir/data-bin"
 save_dir="$work_dir/checkpoints/$arch"
-log() { echo "[$(date '+%H:%M:%S')] $*"; }
 
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ -f "$data_dir/wiki.train.tokens" ]]; then
