@@ -73,7 +73,7 @@ def test_recipe_names_a_missing_subset(tmp_path):
 
 
 def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
-    """The CLIs directly: 3 updates, then beam 2 with 2-best lists and WER, into --results-path."""
+    """The CLIs directly: 3 updates, then beam 2 with 2-best lists, alignments and WER, into --results-path."""
     work, _, _ = recipe
     data = work / "data"
     run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
@@ -85,10 +85,17 @@ def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
     run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
           "--path", str(tmp_path / "ckpt/checkpoint_last.pt"), "--gen-subset", "test-fixture", "--beam", "2",
           "--nbest", "2", "--scoring", "wer", "--post-process", "sentencepiece", "--max-tokens", "10000",
-          "--results-path", str(tmp_path / "decode"), "--cpu"])
+          "--print-alignment", "hard", "--results-path", str(tmp_path / "decode"), "--cpu"])
     decoded = (tmp_path / "decode/generate-test-fixture.txt").read_text()
     targets = dict(re.findall(r"^T-(\d+)\t(.*)$", decoded, flags=re.M))
     assert sorted(targets.values()) == ["a cat ran on the mat", "the dog sat in the park"]  # words, not pieces
     hypotheses = re.findall(r"^D-(\d+)\t(\S+)\t", decoded, flags=re.M)
     assert sorted(i for i, _ in hypotheses) == sorted(list(targets) * 2)  # --nbest 2
+    label_scores = re.findall(r"^P-\d+\t(.*)$", decoded, flags=re.M)
+    alignments = re.findall(r"^A-\d+\t(.*)$", decoded, flags=re.M)
+    assert len(alignments) == len(label_scores) == 4
+    for scores, alignment in zip(label_scores, alignments):  # frame-position pairs: one per label, frames in order
+        pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
+        assert [position for _, position in pairs] == list(range(len(scores.split())))
+        assert [frame for frame, _ in pairs] == sorted(frame for frame, _ in pairs)
     assert re.search(r"^Generate test-fixture with beam=2: WER: [0-9.]+$", decoded, flags=re.M)

@@ -30,23 +30,24 @@ def lattice_log_probs(model, encoder_out: torch.Tensor, labels: list[int]) -> to
     return model.joiner(encoder_out[None], predictor_out)[0].log_softmax(-1)
 
 
-def naive_greedy(model, encoder_out: torch.Tensor, max_symbols: int) -> tuple[list[int], float]:
-    """Frame by frame, one utterance, recomputing the lattice from the full history at every step."""
+def naive_greedy(model, encoder_out: torch.Tensor, max_symbols: int, suppress=()) -> tuple[list[int], float]:
+    """Frame by frame, one utterance, recomputing the lattice from the full history at every step; after
+    ``max_symbols`` labels in a frame, on to the next frame without a blank."""
     labels, score = [], 0.0
     for t in range(encoder_out.shape[0]):
-        for emitted in range(max_symbols + 1):
+        for _ in range(max_symbols):
             log_probs = lattice_log_probs(model, encoder_out, labels)[t, len(labels)]
-            best = int(log_probs.argmax())
-            if best == model.blank or emitted == max_symbols:
-                score += log_probs[model.blank].item()
+            best = max((v for v in range(len(log_probs)) if v not in suppress), key=lambda v: log_probs[v])
+            score += log_probs[best].item()
+            if best == model.blank:
                 break
             labels.append(best)
-            score += log_probs[best].item()
     return labels, score
 
 
 def exhaustive_scores(model, encoder_out: torch.Tensor, max_symbols: int) -> dict[tuple[int, ...], float]:
-    """log P(y) summed over alignments with at most ``max_symbols`` labels per frame, for every y."""
+    """log P(y) for every y, summed over every path of the search's topology: each frame emits ``n`` labels,
+    then a blank if ``n < max_symbols``; with ``n == max_symbols`` it moves on without one."""
     T, V = encoder_out.shape[0], model.joiner.output.out_features
     labels = [v for v in range(V) if v != model.blank]
     scores = {}
@@ -62,24 +63,35 @@ def exhaustive_scores(model, encoder_out: torch.Tensor, max_symbols: int) -> dic
                     for _ in range(n):
                         total += log_probs[t, u, y[u]].item()
                         u += 1
-                    total += log_probs[t, u, model.blank].item()
+                    if n < max_symbols:
+                        total += log_probs[t, u, model.blank].item()
                 paths.append(total)
             scores[y] = torch.logsumexp(torch.tensor(paths, dtype=torch.float64), 0).item()
     return scores
 
 
-@pytest.mark.parametrize("max_symbols", [1, 2, 3])
-def test_greedy_equals_naive_decoder(max_symbols):
+def rnnt_log_prob(model, encoder_out: torch.Tensor, y: tuple[int, ...]) -> float:
+    """log P(y | x) over the full RNN-T lattice (any number of labels per frame): minus the RNN-T loss."""
+    logits = model.joiner(encoder_out[None], model.predictor(torch.tensor([[model.blank, *y]]))[0])
+    nll = rnnt_loss(logits, torch.tensor([y], dtype=torch.long).reshape(1, -1),
+                    torch.tensor([encoder_out.shape[0]]), torch.tensor([len(y)]), blank=model.blank,
+                    backend="pytorch")
+    return -nll.item()
+
+
+@pytest.mark.parametrize("max_symbols,suppress", [(1, ()), (2, ()), (3, ()), (2, (1, 4))])
+def test_greedy_equals_naive_decoder(max_symbols, suppress):
     model = tiny_model(vocab=6, blank=2)
     encoder_out = torch.randn(4, 9, ENCODER_DIM, dtype=torch.float64)
     lengths = torch.tensor([9, 4, 0, 7])
-    hypotheses = greedy_search(model, encoder_out, lengths, max_symbols)
+    hypotheses = greedy_search(model, encoder_out, lengths, max_symbols, suppress)
     emitted_somewhere = 0
     for b, hypothesis in enumerate(hypotheses):
-        labels, score = naive_greedy(model, encoder_out[b, : lengths[b]], max_symbols)
+        labels, score = naive_greedy(model, encoder_out[b, : lengths[b]], max_symbols, suppress)
         assert hypothesis.tokens == labels
         assert hypothesis.score == pytest.approx(score, abs=1e-9)
-        assert len(hypothesis.token_scores) == len(labels)
+        assert len(hypothesis.token_scores) == len(hypothesis.frames) == len(labels)
+        assert hypothesis.frames == sorted(hypothesis.frames) and all(0 <= t < lengths[b] for t in hypothesis.frames)
         emitted_somewhere += len(labels)
     assert emitted_somewhere > 0  # the random model does emit labels, so the comparison means something
 
@@ -91,21 +103,31 @@ def test_wide_beam_finds_the_most_probable_sequence(max_symbols, seed):
     model = tiny_model(vocab=3, blank=0, sharpness=1.5)
     encoder_out = torch.randn(1, 3, ENCODER_DIM, dtype=torch.float64)
     truth = exhaustive_scores(model, encoder_out[0], max_symbols)
-    # alignments with more labels in a frame than the limit are not counted, so the total is below 1
-    assert torch.logsumexp(torch.tensor(list(truth.values())), 0).item() < 0
+    # each frame stops after a blank or at the limit: the paths form one probability distribution, also when the
+    # model would go on emitting (bursts longer than the limit) and the search moves on without a blank
+    assert torch.logsumexp(torch.tensor(list(truth.values()), dtype=torch.float64), 0).item() == pytest.approx(0.0, abs=1e-9)
     ranked = sorted(truth.items(), key=lambda item: -item[1])
     hypotheses = beam_search(model, encoder_out, torch.tensor([3]), beam=len(truth), max_symbols_per_frame=max_symbols,
                              nbest=5)[0]
     assert [tuple(h.tokens) for h in hypotheses] == [y for y, _ in ranked[:5]]
     for hypothesis, (_, score) in zip(hypotheses, ranked):
         assert hypothesis.score == pytest.approx(score, abs=1e-9)
-    # A sequence no longer than the limit never meets it: its score is the full RNN-T probability.
+    # A sequence shorter than the limit never meets it: its score is the full RNN-T probability.
     for y, score in truth.items():
-        if len(y) <= max_symbols:
-            logits = model.joiner(encoder_out, model.predictor(torch.tensor([[model.blank, *y]]))[0])
-            nll = rnnt_loss(logits, torch.tensor([y], dtype=torch.long).reshape(1, -1), torch.tensor([3]),
-                            torch.tensor([len(y)]), blank=model.blank, backend="pytorch")
-            assert score == pytest.approx(-nll.item(), abs=1e-9)
+        if len(y) < max_symbols:
+            assert score == pytest.approx(rnnt_log_prob(model, encoder_out[0], y), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_default_limit_wide_beam_scores_exact_rnnt_probabilities(seed):
+    """With the default limit nothing binds: the scores of a wide beam are RNN-T probabilities, ranked."""
+    torch.manual_seed(seed)
+    model = tiny_model(vocab=3, blank=0, sharpness=1.5)
+    encoder_out = torch.randn(1, 3, ENCODER_DIM, dtype=torch.float64)
+    hypotheses = beam_search(model, encoder_out, torch.tensor([3]), beam=200, nbest=5)[0]
+    scores = [rnnt_log_prob(model, encoder_out[0], tuple(h.tokens)) for h in hypotheses]
+    assert [h.score for h in hypotheses] == pytest.approx(scores, abs=1e-6)
+    assert scores == sorted(scores, reverse=True)
 
 
 @pytest.mark.parametrize("beam", [2, 4])
@@ -131,6 +153,34 @@ def test_beam_search_is_at_least_as_good_as_greedy():
         assert best.score >= g.score - 1e-9  # merging only adds probability to the greedy path's prefix
 
 
+def test_suppressed_units_are_never_emitted():
+    model = tiny_model(vocab=6, blank=0, sharpness=4.0)
+    encoder_out = torch.randn(4, 10, ENCODER_DIM, dtype=torch.float64)
+    lengths = torch.full((4,), 10)
+    emitted = {u for h in greedy_search(model, encoder_out, lengths) for u in h.tokens}
+    assert len(emitted) >= 2  # the model does emit several units when free to
+    suppress = sorted(emitted)[:2]
+    for hypothesis in greedy_search(model, encoder_out, lengths, suppress=suppress):
+        assert not set(hypothesis.tokens) & set(suppress)
+    for hypotheses in beam_search(model, encoder_out, lengths, beam=4, nbest=4, suppress=suppress):
+        for hypothesis in hypotheses:
+            assert not set(hypothesis.tokens) & set(suppress)
+
+
+def test_length_normalised_ranking():
+    model = tiny_model(vocab=5, blank=0)
+    encoder_out = torch.randn(3, 6, ENCODER_DIM, dtype=torch.float64)
+    lengths = torch.full((3,), 6)
+    plain = beam_search(model, encoder_out, lengths, beam=6, nbest=6)
+    normalised = beam_search(model, encoder_out, lengths, beam=6, nbest=6, length_norm=1.0)
+    for p, n in zip(plain, normalised):
+        assert [h.score for h in p] == sorted((h.score for h in p), reverse=True)
+        assert [h.score / (len(h.tokens) + 1) for h in n] == sorted(
+            (h.score / (len(h.tokens) + 1) for h in n), reverse=True)
+        # the same hypotheses with the same scores, only ranked differently
+        assert sorted((tuple(h.tokens), h.score) for h in p) == sorted((tuple(h.tokens), h.score) for h in n)
+
+
 def test_bad_search_arguments_are_rejected():
     model = tiny_model(vocab=3)
     encoder_out, lengths = torch.randn(1, 2, ENCODER_DIM, dtype=torch.float64), torch.tensor([2])
@@ -138,3 +188,5 @@ def test_bad_search_arguments_are_rejected():
         greedy_search(model, encoder_out, lengths, 0)
     with pytest.raises(ValueError, match="nbest"):
         beam_search(model, encoder_out, lengths, beam=2, nbest=3)
+    with pytest.raises(ValueError, match="blank"):
+        beam_search(model, encoder_out, lengths, beam=2, suppress=[model.blank])

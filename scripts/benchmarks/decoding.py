@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Real-time factor and peak memory of transducer decoding: our batched search against torchaudio's.
+"""Accuracy, real-time factor and peak memory of transducer decoding: our batched search against torchaudio's.
 
-For a trained checkpoint (by default the one ``make demo`` leaves) and an evaluation subset, every utterance is
+First a WER table (no timing): our greedy search and beam search at beams 1, 4 and 8, with at most 3, 10 and
+the default number of labels per frame, ranked by log-probability and by log-probability per step (length
+normalised), with the mean log-probability of the best hypotheses (a search that finds more probable hypotheses
+scores higher). Then, for the default settings, speed: for a trained checkpoint (by default the one ``make demo`` leaves) and an evaluation subset, every utterance is
 decoded (encoder + search) with
 
 * ours: greedy, beam 4 and beam 8 (``ssm_fairseq.generation``), batched (all utterances of a
   ``--max-tokens`` batch at once, as ``fairseq-generate`` does) and one utterance at a time;
 * torchaudio: ``torchaudio.models.RNNTBeamSearch`` (one utterance at a time, as it works) at beam 4,
-  given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, at most 3 labels
-  per frame as ours, hypotheses ranked by total log-probability as ours.
+  given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, with our default
+  limit of labels per frame and our default ranking (length normalised).
 
 RTF = decoding seconds / audio seconds (10 ms feature frames); lower is faster. WER is printed alongside so that
 speed is not bought with accuracy. Time is the best of ``--repeats`` runs after a warm-up; peak memory as in
@@ -27,11 +30,15 @@ from measurement import add_measurement_arguments, in_subprocess, measure
 
 import ssm_fairseq  # noqa: F401  (registers the task and model)
 from fairseq import checkpoint_utils
-from ssm_fairseq.generation import TransducerGenerator
+from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"
 DEFAULT_DATA = REPO / "exp/librispeech_mini/data"
+LIMITS = (3, 10, MAX_SYMBOLS_PER_FRAME)
+BEAMS = (1, 4, 8)
+LENGTH_NORM = 1.0  # the default of fairseq-generate (--lenpen 1), icefall and torchaudio
 CONFIGS = [  # (label, implementation, beam, batched)
     ("greedy", "ours", 1, True), ("greedy", "ours", 1, False),
     ("beam 4", "ours", 4, True), ("beam 4", "ours", 4, False), ("beam 4", "torchaudio", 4, False),
@@ -80,14 +87,9 @@ def load(checkpoint: Path, data: Path, subset: str, max_tokens: int):
     return model, task, list(batches)
 
 
-def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]], float]:
-    """A function that decodes the whole subset -> (reference, hypothesis) word strings, and the audio seconds."""
-    implementation, beam, batched = args.one[0], int(args.one[1]), args.one[2] == "batched"
-    model, task, batches = load(args.checkpoint, args.data, args.subset, args.max_tokens)
+def words_and_references(task):
+    """Functions: label ids -> words, and utterance ``i`` of a batch -> its reference words."""
     bpe, dictionary = task.build_bpe(None), task.target_dictionary
-    seconds = sum(int(n) for batch in batches for n in batch["net_input"]["src_lengths"]) / 100
-    if not batched:
-        batches = [_single(batch, i) for batch in batches for i in range(len(batch["id"]))]
 
     def words(tokens) -> str:
         return bpe.decode(dictionary.string(torch.as_tensor(tokens), extra_symbols_to_ignore={dictionary.bos()}))
@@ -95,13 +97,23 @@ def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]]
     def reference(batch, i) -> str:
         return words(batch["target"][i][batch["target"][i] != dictionary.pad()][:-1])  # no eos
 
+    return words, reference
+
+
+def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]], float]:
+    """A function that decodes the whole subset -> (reference, hypothesis) word strings, and the audio seconds."""
+    implementation, beam, batched = args.one[0], int(args.one[1]), args.one[2] == "batched"
+    model, task, batches = load(args.checkpoint, args.data, args.subset, args.max_tokens)
+    words, reference = words_and_references(task)
+    seconds = sum(int(n) for batch in batches for n in batch["net_input"]["src_lengths"]) / 100
+    if not batched:
+        batches = [_single(batch, i) for batch in batches for i in range(len(batch["id"]))]
+
     if implementation == "torchaudio":
         from torchaudio.models import RNNTBeamSearch
 
-        # ranked by total log-probability like ours (torchaudio's default divides it by the length)
-        interface = TorchaudioInterface(model)
-        search = RNNTBeamSearch(interface, blank=len(interface.order) - 1, step_max_tokens=3,
-                                hypo_sort_key=lambda hypothesis: hypothesis[3])
+        interface = TorchaudioInterface(model)  # torchaudio's default ranking: log-probability / length
+        search = RNNTBeamSearch(interface, blank=len(interface.order) - 1, step_max_tokens=MAX_SYMBOLS_PER_FRAME)
 
         def run():
             pairs = []
@@ -114,7 +126,7 @@ def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]]
             return pairs
         return run, seconds
 
-    generator = TransducerGenerator([model], dictionary, beam=beam, max_symbols_per_frame=3)
+    generator = TransducerGenerator([model], task.target_dictionary, beam=beam, length_norm=LENGTH_NORM)
 
     def run():
         pairs = []
@@ -123,6 +135,34 @@ def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]]
                 pairs.append((reference(batch, i), words(hypotheses[0]["tokens"])))
         return pairs
     return run, seconds
+
+
+def quality_table(args: argparse.Namespace) -> None:
+    """WER % and mean best log-probability of greedy and beam search at each limit and ranking (no timing)."""
+    model, task, batches = load(args.checkpoint, args.data, args.subset, args.max_tokens)
+    words, reference = words_and_references(task)
+    suppress = TransducerGenerator([model], task.target_dictionary).suppress
+    with torch.no_grad():
+        encoded = [model.encoder(b["net_input"]["src_tokens"], b["net_input"]["src_lengths"]) for b in batches]
+    print("| search | labels per frame | ranking | WER % | mean log-prob of the best (nats) |")
+    print("|---|---|---|---|---|")
+    for beam in (None, *BEAMS):  # None: greedy search
+        for limit in LIMITS:
+            for length_norm in (0.0, LENGTH_NORM) if beam and beam > 1 else (0.0,):
+                pairs, scores = [], []
+                for batch, encoder in zip(batches, encoded):
+                    out, lengths = encoder["encoder_out"], encoder["encoder_lengths"]
+                    if beam is None:
+                        best = greedy_search(model, out, lengths, limit, suppress)
+                    else:
+                        best = [h[0] for h in beam_search(model, out, lengths, beam, limit, 1, suppress, length_norm)]
+                    pairs += [(reference(batch, i), words(h.tokens)) for i, h in enumerate(best)]
+                    scores += [h.score for h in best]
+                search = "greedy" if beam is None else f"beam {beam}"
+                ranking = "log-prob / (len+1)" if length_norm else "log-prob"
+                default = " (default)" if limit == MAX_SYMBOLS_PER_FRAME else ""
+                print(f"| {search} | {limit}{default} | {ranking} | {word_error_rate(pairs):.1f} "
+                      f"| {sum(scores) / len(scores):.2f} |", flush=True)
 
 
 def _single(batch: dict, i: int) -> dict:
@@ -152,6 +192,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--subset", default="test-mini")
     parser.add_argument("--max-tokens", type=int, default=20000, help="batched decoding: frames per batch")
+    parser.add_argument("--tables", nargs="+", choices=("quality", "speed"), default=["quality", "speed"])
     add_measurement_arguments(parser, repeats=2)
     parser.set_defaults(device="cpu")
     parser.add_argument("--one", nargs=3, metavar=("IMPLEMENTATION", "BEAM", "BATCHING"), help=argparse.SUPPRESS)
@@ -166,6 +207,15 @@ def main() -> None:
         parser.error(f"no checkpoint at {args.checkpoint}: run `make demo` first or pass --checkpoint")
     print(f"# Transducer decoding of {args.subset} ({args.checkpoint.name}), CPU, {args.threads} threads, "
           f"best of {args.repeats}, torch {torch.__version__}\n")
+    if "quality" in args.tables:
+        quality_table(args)
+        print()
+    if "speed" in args.tables:
+        speed_table(args)
+
+
+def speed_table(args: argparse.Namespace) -> None:
+    """RTF, peak memory and WER of our default search (batched and not) and torchaudio's, each in a child."""
     print("| search | implementation | batching | RTF | vs ours greedy batched | peak MiB | WER % |")
     print("|---|---|---|---|---|---|---|")
     common = ["--checkpoint", str(args.checkpoint), "--data", str(args.data), "--subset", args.subset,

@@ -1,28 +1,37 @@
-"""Batched transducer beam search over the exact RNN-T lattice, with a label limit per frame.
+"""Batched transducer beam search over the RNN-T lattice.
 
-Every frame ends with a blank, as in the lattice the RNN-T loss sums over; within a frame a prefix may emit
-up to ``max_symbols_per_frame`` labels first. Prefixes that leave a frame with the same labels are merged by
-adding their probabilities (they reach the same lattice node, whose future depends only on the labels), so
-with a beam wide enough to keep every prefix the search returns the most probable label sequence under
-the per-frame limit, with its exact probability. This is the frame-synchronous search of Graves (2012)
-restricted like icefall's "modified beam search" to a fixed number of labels per frame, batched over
-utterances: each expansion round runs the joiner once and the predictor once for all utterances.
+Frame-synchronous search (Graves, 2012), batched over utterances: within frame ``t`` a prefix either leaves by
+blank or emits a label and is scored again at the same frame; each expansion round runs the joiner once and the
+predictor once for all utterances. Prefixes that leave a frame with the same labels are merged by adding their
+probabilities (they reach the same lattice node, whose future depends only on the labels), so with a beam wide
+enough to keep every prefix the search returns the most probable label sequences with their exact
+probabilities, ``log P(y | x)``.
+
+A prefix that has emitted ``max_symbols_per_frame`` labels in one frame moves to the next frame without a blank
+(the limit bounds the work and never scores a blank the model did not choose; with a limit of 1 this is
+icefall's "modified beam search" topology). The default limit is high enough never to bind on a trained model,
+so by default every score is an RNN-T probability.
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
-from .hypothesis import Hypothesis, advance_predictor, select_rows, start_predictor
+from .hypothesis import (
+    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, select_rows, selectable,
+    start_predictor,
+)
 
 
 class _Prefix(NamedTuple):
     tokens: tuple[int, ...]
     score: float  # log-probability of the alignments merged into this prefix
+    path_score: float  # log-probability of the best of them, the one token_scores and frames describe
     token_scores: tuple[float, ...]
+    frames: tuple[int, ...]
     row: int  # the predictor state of this prefix in the search's state bank
 
 
@@ -31,11 +40,15 @@ def _log_add(a: float, b: float) -> float:
     return high + math.log1p(math.exp(low - high)) if low > -math.inf else high
 
 
-def _leave_frame(finished: dict[tuple[int, ...], _Prefix], prefix: _Prefix, score: float) -> None:
-    """Record ``prefix`` leaving the frame by blank with log-probability ``score``, merging equal labels."""
+def _leave_frame(finished: dict[tuple[int, ...], _Prefix], prefix: _Prefix, step_score: float) -> None:
+    """Record ``prefix`` leaving the frame with a last step of log-probability ``step_score`` (blank, or 0 at the
+    limit), merging prefixes with equal labels."""
+    leaving = prefix._replace(score=prefix.score + step_score, path_score=prefix.path_score + step_score)
     known = finished.get(prefix.tokens)
-    finished[prefix.tokens] = prefix._replace(score=score) if known is None else known._replace(
-        score=_log_add(known.score, score))
+    if known is not None:
+        best = leaving if leaving.path_score > known.path_score else known
+        leaving = best._replace(score=_log_add(known.score, leaving.score))
+    finished[prefix.tokens] = leaving
 
 
 def _kth_best(finished: dict[tuple[int, ...], _Prefix], k: int) -> float:
@@ -45,9 +58,19 @@ def _kth_best(finished: dict[tuple[int, ...], _Prefix], k: int) -> float:
     return sorted((p.score for p in finished.values()), reverse=True)[k - 1]
 
 
+def ranking_score(score: float, length: int, length_norm: float) -> float:
+    """The final ranking key of a hypothesis of ``length`` labels: ``score / (length + 1) ** length_norm``.
+
+    0 ranks by log-probability; 1 by log-probability per predictor step (the start symbol counts), the default
+    of icefall and torchaudio and, as ``--lenpen 1``, of fairseq's sequence generator."""
+    return score / (length + 1) ** length_norm
+
+
 @torch.no_grad()
 def beam_search(
-    model, encoder_out: Tensor, encoder_lengths: Tensor, beam: int, max_symbols_per_frame: int = 3, nbest: int = 1
+    model, encoder_out: Tensor, encoder_lengths: Tensor, beam: int,
+    max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, nbest: int = 1, suppress: Sequence[int] = (),
+    length_norm: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch.
 
@@ -58,43 +81,50 @@ def beam_search(
         beam: prefixes kept per utterance after each frame, and label expansions kept per round.
         max_symbols_per_frame: labels a prefix may emit within one frame (>= 1).
         nbest: hypotheses returned per utterance (<= beam), best first.
+        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
+        length_norm: rank the final hypotheses by ``score / (len + 1) ** length_norm`` (``ranking_score``); the
+            search itself and the returned scores are unchanged.
 
     Returns:
-        for each utterance, its ``nbest`` hypotheses sorted by score.
+        for each utterance, its ``nbest`` hypotheses, best first.
     """
-    if beam < 1 or max_symbols_per_frame < 1 or not 1 <= nbest <= beam:
-        raise ValueError(f"need beam >= 1, max_symbols_per_frame >= 1 and 1 <= nbest <= beam; "
-                         f"got beam={beam}, max_symbols_per_frame={max_symbols_per_frame}, nbest={nbest}")
+    check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam; got beam={beam}, nbest={nbest}")
     batch, device, blank = encoder_out.shape[0], encoder_out.device, model.blank
     encoder_proj = model.joiner.encoder_proj(encoder_out)
     # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
     bank_proj, bank_state = start_predictor(model, 1, device)
-    beams = [[_Prefix((), 0.0, (), 0)] for _ in range(batch)]
+    beams = [[_Prefix((), 0.0, 0.0, (), (), 0)] for _ in range(batch)]
     lengths = encoder_lengths.tolist()
     for t in range(max(lengths, default=0)):
         live = [b for b in range(batch) if lengths[b] > t]
         finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
         frontier = [(b, prefix) for b in live for prefix in beams[b]]  # grouped by utterance
-        for emitted in range(max_symbols_per_frame + 1):
+        for _ in range(max_symbols_per_frame):
             utterances = torch.tensor([b for b, _ in frontier], device=device)
             rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
             log_probs = model.joiner.step(encoder_proj[utterances, t], bank_proj[rows]).log_softmax(-1)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, blank].tolist()):
-                _leave_frame(finished[b], prefix, prefix.score + blank_score)
-            if emitted == max_symbols_per_frame:
-                break
+                _leave_frame(finished[b], prefix, blank_score)
             frontier, bank_proj, bank_state = _expand(
-                model, frontier, log_probs, finished, beam, bank_proj, bank_state)
+                model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state)
             if not frontier:
                 break
+        for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
+            _leave_frame(finished[b], prefix, 0.0)
         for b in live:
             beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:beam]
         bank_proj, bank_state, beams = _compact(bank_proj, bank_state, beams)
-    return [[Hypothesis(list(p.tokens), p.score, list(p.token_scores)) for p in prefixes[:nbest]]
-            for prefixes in beams]
+    results = []
+    for prefixes in beams:
+        ranked = sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens), length_norm))
+        results.append([Hypothesis(list(p.tokens), p.score, list(p.token_scores), list(p.frames))
+                        for p in ranked[:nbest]])
+    return results
 
 
-def _expand(model, frontier, log_probs, finished, beam, bank_proj, bank_state):
+def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state):
     """Extend the frontier by one label: the ``beam`` best (prefix, label) pairs of each utterance.
 
     Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
@@ -102,7 +132,7 @@ def _expand(model, frontier, log_probs, finished, beam, bank_proj, bank_state):
     """
     vocab = log_probs.shape[1]
     scores = torch.tensor([prefix.score for _, prefix in frontier], dtype=torch.float64, device=log_probs.device)
-    scores = scores.unsqueeze(1) + log_probs.double()
+    scores = scores.unsqueeze(1) + selectable(log_probs, suppress).double()
     scores[:, model.blank] = -math.inf
     chosen: list[tuple[int, int, float]] = []  # (frontier index, label, score)
     start = 0
@@ -131,8 +161,9 @@ def _expand(model, frontier, log_probs, finished, beam, bank_proj, bank_state):
     new_frontier = []
     for n, ((i, label, score), label_score) in enumerate(zip(chosen, label_scores)):
         b, parent = frontier[i]
-        new_frontier.append(
-            (b, _Prefix(parent.tokens + (label,), score, parent.token_scores + (label_score,), first + n)))
+        new_frontier.append((b, _Prefix(
+            parent.tokens + (label,), score, parent.path_score + label_score, parent.token_scores + (label_score,),
+            parent.frames + (t,), first + n)))
     return new_frontier, bank_proj, bank_state
 
 

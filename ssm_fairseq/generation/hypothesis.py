@@ -1,25 +1,54 @@
-"""A transducer search result and the predictor steps that both searches share."""
+"""A transducer search result, the per-frame label limit's default, and the predictor steps both searches share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from ..modules.predictor import State
 
+# Labels a hypothesis may emit within one encoder frame before the search moves it to the next frame. High enough
+# never to bind on a trained model (torchaudio's default too); it only bounds the work on an untrained one.
+MAX_SYMBOLS_PER_FRAME = 100
+
 
 @dataclass
 class Hypothesis:
     """One label sequence for one utterance.
 
-    ``score`` is the natural-log probability of the alignments the search kept (blanks included);
-    ``token_scores[i]`` is the log-probability with which ``tokens[i]`` was emitted.
+    ``score`` is the natural-log probability of the hypothesis under the model: the log-sum of the
+    probabilities of the alignments the search merged into it (greedy search keeps one), each alignment scored
+    with every label and every blank it takes. ``token_scores[i]`` is the log-probability with which
+    ``tokens[i]`` was emitted and ``frames[i]`` the encoder frame it was emitted at, on the most probable of
+    those alignments.
     """
 
     tokens: list[int]
     score: float
     token_scores: list[float]
+    frames: list[int]
+
+
+def check_search_arguments(max_symbols_per_frame: int, suppress: Sequence[int], blank: int) -> None:
+    """Errors for a limit below 1 or a suppressed blank (the search could never leave a frame)."""
+    if max_symbols_per_frame < 1:
+        raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
+    if blank in suppress:
+        raise ValueError(f"the blank ({blank}) cannot be suppressed")
+
+
+def selectable(log_probs: Tensor, suppress: Sequence[int]) -> Tensor:
+    """``N x V`` log-probabilities with the ``suppress`` units at -inf: what a search may choose from.
+
+    Scores are always taken from the unmasked ``log_probs``, so a hypothesis's score stays the model's.
+    """
+    if not suppress:
+        return log_probs
+    masked = log_probs.clone()
+    masked[:, list(suppress)] = -torch.inf
+    return masked
 
 
 def start_predictor(model, batch_size: int, device: torch.device) -> tuple[Tensor, State]:

@@ -6,25 +6,29 @@ from torch import Tensor
 
 from .beam_search import beam_search
 from .greedy_search import greedy_search
-from .hypothesis import Hypothesis
+from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
 
 
 class TransducerGenerator:
     """Decodes a fairseq speech batch with one transducer model.
 
     Returns fairseq's hypothesis dicts (``tokens``, ``score``, ``positional_scores``, ``alignment``), so
-    ``fairseq-generate`` prints ``H-``/``D-``/``P-`` lines and scores them unchanged. Scores are natural-log
-    probabilities of the kept alignments; ``positional_scores`` are the labels' emission log-probabilities.
+    ``fairseq-generate`` prints ``H-``/``D-``/``P-`` lines (and ``A-`` lines of ``frame-label`` index pairs with
+    ``--print-alignment hard``) and scores them unchanged. ``score`` is the natural-log probability of the
+    hypothesis under the model (fairseq prints it in base 2), whatever the ranking; ``positional_scores`` are the
+    labels' emission log-probabilities. The dictionary's ``<pad>``, ``<unk>`` and ``</s>`` are never emitted.
 
     Args:
         models: a list with one ``TransducerModel`` (average checkpoints rather than ensembling).
         tgt_dict: the target dictionary.
         beam: 1 for greedy search, more for beam search.
         nbest: hypotheses per utterance (<= beam).
-        max_symbols_per_frame: labels allowed within one encoder frame.
+        max_symbols_per_frame: labels allowed within one encoder frame before the search moves on.
+        length_norm: beam search ranks its final hypotheses by ``score / (len + 1) ** length_norm``.
     """
 
-    def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1, max_symbols_per_frame: int = 3):
+    def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1,
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0):
         if len(models) != 1:
             raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
                              "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
@@ -32,6 +36,8 @@ class TransducerGenerator:
             raise ValueError(f"--nbest {nbest} needs --beam >= {nbest}")
         self.model = models[0]
         self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
+        self.length_norm = length_norm
+        self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
 
     @torch.no_grad()
@@ -42,19 +48,19 @@ class TransducerGenerator:
         encoder = self.model.encoder(net_input["src_tokens"], net_input["src_lengths"])
         encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
         if self.beam == 1:
-            results = [[hypothesis] for hypothesis in
-                       greedy_search(self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame)]
+            results = [[hypothesis] for hypothesis in greedy_search(
+                self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame, self.suppress)]
         else:
-            results = beam_search(self.model, encoder_out, encoder_lengths, self.beam,
-                                  self.max_symbols_per_frame, self.nbest)
+            results = beam_search(self.model, encoder_out, encoder_lengths, self.beam, self.max_symbols_per_frame,
+                                  self.nbest, self.suppress, self.length_norm)
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
 
     @staticmethod
-    def _as_fairseq(hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | None]:
+    def _as_fairseq(hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | list]:
         return {
             "tokens": torch.tensor(hypothesis.tokens, dtype=torch.long, device=device),
             "score": hypothesis.score,
             "positional_scores": torch.tensor(hypothesis.token_scores, device=device),
-            "alignment": None,
+            "alignment": list(zip(hypothesis.frames, range(len(hypothesis.tokens)))),
         }

@@ -3,7 +3,7 @@
 Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's speech-to-text layer unchanged;
 ``scripts/prepare_librispeech.py`` writes it. This task builds the ``transducer`` models and, for
 ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
-``--max-symbols-per-frame``).
+``--max-symbols-per-frame``, and fairseq's ``--lenpen`` / ``--unnormalized`` for beam search's final ranking).
 """
 from argparse import Namespace
 from contextlib import nullcontext
@@ -14,6 +14,7 @@ from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
 
 from ..generation import TransducerGenerator
+from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 
 # speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
 # checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
@@ -45,8 +46,9 @@ class SpeechTransducerTask(SpeechToTextTask):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        parser.add_argument("--max-symbols-per-frame", type=int, default=3, metavar="N",
-                            help="transducer search: labels allowed within one encoder frame")
+        parser.add_argument("--max-symbols-per-frame", type=int, default=MAX_SYMBOLS_PER_FRAME, metavar="N",
+                            help="transducer search: labels a hypothesis may emit within one encoder frame before "
+                                 "it moves on to the next frame (no blank is scored for the move)")
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         # speech_to_text's build_model also writes input_channels and speaker_to_id, which the transducer's
@@ -69,8 +71,10 @@ class SpeechTransducerTask(SpeechToTextTask):
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None):
         if getattr(args, "prefix_size", 0) > 0:
             raise ValueError("transducer search does not take --prefix-size")
+        # fairseq's ranking flags: hypotheses compare by score / (len + 1) ** lenpen, or by score (--unnormalized)
+        length_norm = 0.0 if getattr(args, "unnormalized", False) else getattr(args, "lenpen", 1.0)
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
-                                   max_symbols_per_frame=self.args.max_symbols_per_frame)
+                                   max_symbols_per_frame=self.args.max_symbols_per_frame, length_norm=length_norm)
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)
