@@ -99,3 +99,22 @@ def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
         assert [position for _, position in pairs] == list(range(len(scores.split())))
         assert [frame for frame, _ in pairs] == sorted(frame for frame, _ in pairs)
     assert re.search(r"^Generate test-fixture with beam=2: WER: [0-9.]+$", decoded, flags=re.M)
+
+
+def test_fairseq_train_with_the_pruned_rnnt_loss(recipe, tmp_path):
+    """--rnnt-loss pruned through fairseq-train: both losses logged, the trivial joiner saved with the criterion,
+    and the checkpoint decodes."""
+    work, _, _ = recipe
+    data = work / "data"
+    out = run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+                  "--train-subset", "train-fixture", "--valid-subset", "test-fixture", "--arch", "mssm_transducer",
+                  *TINY_MODEL.split(), "--criterion", "transducer", "--rnnt-loss", "pruned", "--prune-range", "4",
+                  "--prune-warmup-updates", "2", "--optimizer", "adam", "--lr", "1e-3", "--max-update", "3",
+                  "--batch-size", "2", "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"),
+                  "--num-workers", "0", "--cpu", "--log-interval", "1", "--log-format", "simple"])
+    assert re.search(r"simple_loss[ =]+[0-9.]+", out) and re.search(r"rnnt_loss[ =]+[0-9.]+", out)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "ckpt/checkpoint_last.pt"))
+    assert {"simple_joiner.encoder_proj.weight", "simple_joiner.predictor_proj.weight"} <= set(state["criterion"])
+    run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--path", str(tmp_path / "ckpt/checkpoint_last.pt"), "--gen-subset", "test-fixture", "--beam", "2",
+            "--scoring", "wer", "--max-tokens", "10000", "--cpu"])

@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """Accuracy, real-time factor and peak memory of transducer decoding: our batched search against torchaudio's.
 
-First a WER table (no timing): our greedy search and beam search at beams 1, 4 and 8, with at most 3, 10 and
+First a WER table (no timing): our greedy search and beam search at beams 1, 4 and 8, with at most 1, 3, 10 and
 the default number of labels per frame, ranked by log-probability and by log-probability per step (length
 normalised), with the mean log-probability of the best hypotheses (a search that finds more probable hypotheses
-scores higher). Then, for the default settings, speed: for a trained checkpoint (by default the one ``make demo`` leaves) and an evaluation subset, every utterance is
-decoded (encoder + search) with
+scores higher); one label per frame is icefall's "modified beam search". Then speed: for a trained checkpoint
+(by default the one ``make demo`` leaves) and an evaluation subset, every utterance is decoded (encoder + search)
+with
 
-* ours: greedy, beam 4 and beam 8 (``ssm_fairseq.generation``), batched (all utterances of a
-  ``--max-tokens`` batch at once, as ``fairseq-generate`` does) and one utterance at a time;
+* ours: greedy, beam 4, modified beam 4 (one label per frame) and beam 8 (``ssm_fairseq.generation``), batched
+  (all utterances of a ``--max-tokens`` batch at once, as ``fairseq-generate`` does) and one utterance at a time;
 * torchaudio: ``torchaudio.models.RNNTBeamSearch`` (one utterance at a time, as it works) at beam 4,
   given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, with our default
   limit of labels per frame and our default ranking (length normalised).
@@ -36,13 +37,15 @@ from ssm_fairseq.generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"
 DEFAULT_DATA = REPO / "exp/librispeech_mini/data"
-LIMITS = (3, 10, MAX_SYMBOLS_PER_FRAME)
+LIMITS = (1, 3, 10, MAX_SYMBOLS_PER_FRAME)  # 1: icefall's modified beam search (a blank or one label a frame)
 BEAMS = (1, 4, 8)
 LENGTH_NORM = 1.0  # the default of fairseq-generate (--lenpen 1), icefall and torchaudio
-CONFIGS = [  # (label, implementation, beam, batched)
-    ("greedy", "ours", 1, True), ("greedy", "ours", 1, False),
-    ("beam 4", "ours", 4, True), ("beam 4", "ours", 4, False), ("beam 4", "torchaudio", 4, False),
-    ("beam 8", "ours", 8, True), ("beam 8", "ours", 8, False),
+CONFIGS = [  # (label, implementation, beam, labels per frame, batched)
+    ("greedy", "ours", 1, MAX_SYMBOLS_PER_FRAME, True), ("greedy", "ours", 1, MAX_SYMBOLS_PER_FRAME, False),
+    ("beam 4", "ours", 4, MAX_SYMBOLS_PER_FRAME, True), ("beam 4", "ours", 4, MAX_SYMBOLS_PER_FRAME, False),
+    ("beam 4", "torchaudio", 4, MAX_SYMBOLS_PER_FRAME, False),
+    ("modified beam 4", "ours", 4, 1, True), ("modified beam 4", "ours", 4, 1, False),
+    ("beam 8", "ours", 8, MAX_SYMBOLS_PER_FRAME, True), ("beam 8", "ours", 8, MAX_SYMBOLS_PER_FRAME, False),
 ]
 
 
@@ -102,7 +105,7 @@ def words_and_references(task):
 
 def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]], float]:
     """A function that decodes the whole subset -> (reference, hypothesis) word strings, and the audio seconds."""
-    implementation, beam, batched = args.one[0], int(args.one[1]), args.one[2] == "batched"
+    implementation, beam, limit, batched = args.one[0], int(args.one[1]), int(args.one[2]), args.one[3] == "batched"
     model, task, batches = load(args.checkpoint, args.data, args.subset, args.max_tokens)
     words, reference = words_and_references(task)
     seconds = sum(int(n) for batch in batches for n in batch["net_input"]["src_lengths"]) / 100
@@ -126,7 +129,8 @@ def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]]
             return pairs
         return run, seconds
 
-    generator = TransducerGenerator([model], task.target_dictionary, beam=beam, length_norm=LENGTH_NORM)
+    generator = TransducerGenerator([model], task.target_dictionary, beam=beam, max_symbols_per_frame=limit,
+                                    length_norm=LENGTH_NORM)
 
     def run():
         pairs = []
@@ -195,7 +199,7 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", choices=("quality", "speed"), default=["quality", "speed"])
     add_measurement_arguments(parser, repeats=2)
     parser.set_defaults(device="cpu")
-    parser.add_argument("--one", nargs=3, metavar=("IMPLEMENTATION", "BEAM", "BATCHING"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=4, metavar=("IMPLEMENTATION", "BEAM", "LIMIT", "BATCHING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device != "cpu":
         parser.error("decoding.py measures on the CPU only (the search's per-frame bookkeeping is Python)")
@@ -221,9 +225,10 @@ def speed_table(args: argparse.Namespace) -> None:
     common = ["--checkpoint", str(args.checkpoint), "--data", str(args.data), "--subset", args.subset,
               "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--threads", str(args.threads)]
     baseline = None
-    for label, implementation, beam, batched in CONFIGS:
+    for label, implementation, beam, limit, batched in CONFIGS:
         batching = "batched" if batched else "one at a time"
-        r = in_subprocess(__file__, ["--one", implementation, str(beam), "batched" if batched else "single", *common])
+        r = in_subprocess(__file__, ["--one", implementation, str(beam), str(limit), "batched" if batched else "single",
+                                     *common])
         rtf = r["seconds"] / r["audio_seconds"]
         baseline = baseline or rtf
         print(f"| {label} | {implementation} | {batching} | {rtf:.4f} | {rtf / baseline:.2f}x | {r['peak_mib']:.0f} "

@@ -1,4 +1,10 @@
-"""The ``transducer`` criterion: RNN-T loss, optional auxiliary CTC, fairseq logging.
+"""The ``transducer`` criterion: RNN-T loss (full or pruned), optional auxiliary CTC, fairseq logging.
+
+``--rnnt-loss pruned`` trains with the pruned RNN-T loss (``modules/pruned_rnnt_loss.py``): the criterion owns the
+trivial joiner of the simple loss (saved in checkpoints with the criterion's state, not needed for decoding), and
+combines ``simple_scale * simple + pruned_scale * pruned`` with icefall's warm-up: over the first
+``--prune-warmup-updates`` updates the simple loss's scale falls linearly from 1 to ``--simple-loss-scale`` and the
+pruned loss's rises from 0.1 to 1.
 
 Utterances that cannot be scored (encoder output shorter than one frame, non-finite loss) are counted in
 ``dropped``, logged by sample id and left out of the step; they never turn into a NaN update.
@@ -13,8 +19,10 @@ import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from omegaconf import II
 from torch import Tensor
 
+from ..modules.pruned_rnnt_loss import SimpleJoiner, pruned_transducer_loss
 from ..modules.rnnt_loss import transducer_loss
 
 logger = logging.getLogger(__name__)
@@ -32,6 +40,20 @@ class TransducerCriterionConfig(FairseqDataclass):
     aux_ctc_weight: float = field(
         default=0.3, metadata={"help": "weight of the auxiliary CTC losses (models built with --aux-ctc-every)"}
     )
+    rnnt_loss: ChoiceEnum(["full", "pruned"]) = field(
+        default="full",
+        metadata={"help": "full: the whole B x T x (U+1) x V lattice; pruned: k2's pruned RNN-T (simple loss, then "
+                          "the joiner on --prune-range label positions per frame)"},
+    )
+    prune_range: int = field(default=5, metadata={"help": "pruned loss: label positions kept per frame (S)"})
+    simple_loss_scale: float = field(
+        default=0.5, metadata={"help": "pruned loss: weight of the simple loss after the warm-up"}
+    )
+    prune_warmup_updates: int = field(
+        default=2000, metadata={"help": "pruned loss: updates over which the loss scales reach their final values"}
+    )
+    encoder_embed_dim: int = II("model.encoder_embed_dim")
+    predictor_hidden_dim: int = II("model.predictor_hidden_dim")
 
 
 def strip_eos(target: Tensor, lengths: Tensor, eos: int) -> tuple[Tensor, Tensor]:
@@ -46,20 +68,49 @@ class TransducerCriterion(FairseqCriterion):
         super().__init__(task)
         self.backend, self.sub_batch, self.aux_weight = cfg.rnnt_backend, cfg.joint_sub_batch, cfg.aux_ctc_weight
         self.eos = task.target_dictionary.eos()
+        self.simple_joiner = None
+        if cfg.rnnt_loss == "pruned":
+            if cfg.prune_range < 2:
+                raise ValueError(f"--prune-range must be >= 2, got {cfg.prune_range}")
+            self.simple_joiner = SimpleJoiner(cfg.encoder_embed_dim, cfg.predictor_hidden_dim,
+                                              len(task.target_dictionary))
+        self.prune_range, self.simple_loss_scale = cfg.prune_range, cfg.simple_loss_scale
+        self.prune_warmup_updates, self.num_updates = cfg.prune_warmup_updates, 0
+
+    def set_num_updates(self, num_updates: int) -> None:
+        """Called by the ``speech_transducer`` task before each training step (the pruned loss's warm-up)."""
+        self.num_updates = num_updates
+
+    def loss_scales(self) -> tuple[float, float]:
+        """``(simple, pruned)`` scales of the pruned loss at the current update (icefall's warm-up)."""
+        progress = min(1.0, self.num_updates / self.prune_warmup_updates) if self.prune_warmup_updates > 0 else 1.0
+        return 1.0 - progress * (1.0 - self.simple_loss_scale), 0.1 + 0.9 * progress
 
     def forward(self, model, sample, reduce: bool = True):
         net_input = sample["net_input"]
         targets, target_lengths = strip_eos(sample["target"], sample["target_lengths"], self.eos)
         encoder, predictor_out = model(net_input["src_tokens"], net_input["src_lengths"], targets, target_lengths)
         encoder_lengths = encoder["encoder_lengths"]
-        losses, kept = transducer_loss(
-            model.joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths, target_lengths,
-            model.blank, self.backend, self.sub_batch,
-        )
+        simple = None
+        if self.simple_joiner is None:
+            losses, kept = transducer_loss(
+                model.joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths, target_lengths,
+                model.blank, self.backend, self.sub_batch,
+            )
+            rnnt = losses.sum()
+            loss = rnnt
+        else:
+            losses, kept = pruned_transducer_loss(
+                model.joiner, self.simple_joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths,
+                target_lengths, model.blank, self.prune_range,
+            )
+            simple, rnnt = losses.sum(0)
+            simple_scale, pruned_scale = self.loss_scales()
+            loss = simple_scale * simple + pruned_scale * rnnt
+            loss = loss + 0.0 * self.simple_joiner.encoder_proj.bias.sum()  # connected when all are dropped
         self._report_dropped(sample["id"], kept, encoder_lengths)
-        rnnt = losses.sum()
         # keep the graph connected (zero gradient) when every utterance of the batch was dropped
-        loss = rnnt + 0.0 * model.joiner.output.bias.sum()
+        loss = loss + 0.0 * model.joiner.output.bias.sum()
         aux = self._aux_ctc(model, encoder, targets, target_lengths, kept)
         if aux is not None:
             loss = loss + self.aux_weight * aux
@@ -74,6 +125,8 @@ class TransducerCriterion(FairseqCriterion):
             "sample_size": sample_size,
             "dropped": len(kept) - n_kept,
         }
+        if simple is not None:
+            logging_output["simple_loss"] = simple.detach()
         return loss, sample_size, logging_output
 
     @staticmethod
@@ -110,6 +163,8 @@ class TransducerCriterion(FairseqCriterion):
         denominator = max(sample_size, 1) * math.log(2)
         metrics.log_scalar("loss", total("loss") / denominator, sample_size, round=3)
         metrics.log_scalar("rnnt_loss", total("rnnt_loss") / denominator, sample_size, round=3)
+        if any("simple_loss" in log for log in logging_outputs):
+            metrics.log_scalar("simple_loss", total("simple_loss") / denominator, sample_size, round=3)
         metrics.log_scalar("aux_ctc_loss", total("aux_ctc_loss") / denominator, sample_size, round=3)
         metrics.log_scalar("dropped", total("dropped"), round=0)
         metrics.log_scalar("nsentences", total("nsentences"), round=0)

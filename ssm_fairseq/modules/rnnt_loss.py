@@ -15,6 +15,7 @@ bound the lattice's peak memory, and drops utterances whose loss is not finite.
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -48,31 +49,35 @@ def _frame_chunks(logits: Tensor) -> list[slice]:
     return [slice(start, start + step) for start in range(0, T, step)]
 
 
-class _LatticeLogProbs(torch.autograd.Function):
-    """``B x T x U1 x V`` logits, ``B x (U1-1)`` targets -> blank ``B x T x U1`` and label ``B x T x (U1-1)``
-    log-softmax values, in float32 (float64 for float64 logits)."""
+class LatticeLogProbs(torch.autograd.Function):
+    """Blank and label log-softmax values of lattice nodes, without a second vocabulary-sized tensor.
+
+    ``logits`` ``B x T x N x V`` (``N`` nodes per frame) and ``labels`` ``B x T x K`` (the label of each of the
+    first ``K <= N`` nodes; an expanded view of ``B x K`` targets for the full lattice) -> blank ``B x T x N`` and
+    label ``B x T x K`` log-probabilities, float32 (float64 for float64 logits). Only the logits and their
+    log-normalisers are kept for backward, which writes the gradient into one logits-sized tensor.
+    """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, blank: int) -> tuple[Tensor, Tensor]:
-        B, T, U1, V = logits.shape
+    def forward(ctx, logits: Tensor, labels: Tensor, blank: int) -> tuple[Tensor, Tensor]:
+        K = labels.shape[2]
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
         lse = torch.cat([logits[:, frames].to(dtype).logsumexp(-1) for frames in _frame_chunks(logits)], dim=1)
         blank_lp = logits[..., blank].to(dtype) - lse
-        index = targets[:, None, :, None].expand(B, T, U1 - 1, 1)
-        label_lp = logits[:, :, :-1].gather(-1, index).squeeze(-1).to(dtype) - lse[:, :, :-1]
+        label_lp = logits[:, :, :K].gather(-1, labels[..., None]).squeeze(-1).to(dtype) - lse[:, :, :K]
         ctx.blank = blank
-        ctx.save_for_backward(logits, targets, lse)
+        ctx.save_for_backward(logits, labels, lse)
         return blank_lp, label_lp
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_blank: Tensor, g_label: Tensor) -> tuple[Tensor, None, None]:
         """``grad = softmax(logits) * -(g_blank + g_label) + g_blank at blank + g_label at the label``."""
-        logits, targets, lse = ctx.saved_tensors
-        B, T, U1, V = logits.shape
+        logits, labels, lse = ctx.saved_tensors
+        K = labels.shape[2]
         g_blank, g_label = g_blank.to(lse.dtype), g_label.to(lse.dtype)
         g_total = g_blank.clone()
-        g_total[:, :, :-1] += g_label
+        g_total[:, :, :K] += g_label
         grad = torch.empty_like(logits, memory_format=torch.contiguous_format)
         for frames in _frame_chunks(logits):
             out = grad[:, frames]
@@ -80,8 +85,7 @@ class _LatticeLogProbs(torch.autograd.Function):
             torch.sub(logits[:, frames], lse[:, frames, :, None], out=work).exp_()
             work.mul_(g_total[:, frames, :, None].neg())
             work[..., ctx.blank].add_(g_blank[:, frames])
-            index = targets[:, None, :, None].expand(B, work.size(1), U1 - 1, 1)
-            work[:, :, :-1].scatter_add_(-1, index, g_label[:, frames, :, None])
+            work[:, :, :K].scatter_add_(-1, labels[:, frames, :, None], g_label[:, frames, :, None])
             if work is not out:
                 out.copy_(work)
         return grad, None, None
@@ -168,7 +172,8 @@ def rnnt_loss(logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_len
     if logits.size(0) == 0:
         return logits.new_zeros(0, dtype=dtype)
     if backend == "pytorch":
-        blank_lp, label_lp = _LatticeLogProbs.apply(logits, targets.long(), blank)
+        labels = targets.long()[:, None, :].expand(-1, logits.shape[1], -1)
+        blank_lp, label_lp = LatticeLogProbs.apply(logits, labels, blank)
         return -_log_likelihood(blank_lp, label_lp, logit_lengths.long(), target_lengths.long()).to(dtype)
     from torchaudio.functional import rnnt_loss as torchaudio_rnnt_loss
 
@@ -268,19 +273,39 @@ def transducer_loss(joiner: nn.Module, encoder_out: Tensor, predictor_out: Tenso
     if sub_batch_size < 0:
         raise ValueError(f"sub_batch_size must be >= 0, got {sub_batch_size}")
     targets, encoder_lengths, target_lengths = (x.to(device) for x in (targets, encoder_lengths, target_lengths))
-    kept = encoder_lengths >= 1
-    while kept.any():
-        index = kept.nonzero().squeeze(1)
+
+    def losses_of(index: Tensor) -> Tensor:
         group = (targets[index], encoder_lengths[index], target_lengths[index], blank, backend)
         encoder_proj, predictor_proj = joiner.project(encoder_out[index], predictor_out[index])
         if sub_batch_size == 0:
-            values = _joint_losses(joiner, encoder_proj, predictor_proj, *group)
-        else:
-            values = _sub_batched(joiner, encoder_proj, predictor_proj, *group, sub_batch_size)
-        finite = torch.isfinite(values)
-        if finite.all():
-            return values.new_zeros(B).index_copy(0, index, values), kept
-        kept[index[~finite]] = False
-        del values, encoder_proj, predictor_proj
+            return _joint_losses(joiner, encoder_proj, predictor_proj, *group)
+        return _sub_batched(joiner, encoder_proj, predictor_proj, *group, sub_batch_size)
+
     dtype = torch.float64 if encoder_out.dtype == torch.float64 else torch.float32
-    return encoder_out.new_zeros(B, dtype=dtype), kept
+    return drop_non_finite(losses_of, encoder_lengths >= 1, dtype)
+
+
+def drop_non_finite(
+    losses_of: Callable[[Tensor], Tensor], kept: Tensor, dtype: torch.dtype, row_shape: tuple[int, ...] = ()
+) -> tuple[Tensor, Tensor]:
+    """Losses of the ``kept`` utterances, recomputed without any utterance whose loss is not finite.
+
+    Args:
+        losses_of: utterance indices ``N`` -> their losses ``N x row_shape`` (one row per utterance), computed
+            from the inputs (projections included), so that a dropped utterance reaches no gradient.
+        kept: ``B`` bools, the utterances to score; updated in place.
+        dtype, row_shape: of the all-zero losses returned when no utterance is kept.
+
+    Returns:
+        ``(losses, kept)``: ``B x row_shape`` losses, 0 for dropped utterances, and ``kept``. When no utterance is
+        kept, the losses are constant zeros outside the autograd graph.
+    """
+    while kept.any():
+        index = kept.nonzero().squeeze(1)
+        values = losses_of(index)
+        finite = torch.isfinite(values).reshape(len(index), -1).all(1)
+        if finite.all():
+            return values.new_zeros((kept.numel(), *values.shape[1:])).index_copy(0, index, values), kept
+        kept[index[~finite]] = False
+        del values
+    return torch.zeros((kept.numel(), *row_shape), dtype=dtype, device=kept.device), kept

@@ -60,6 +60,11 @@ class SpeechTransducerTask(SpeechToTextTask):
             cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
         return LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
 
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if hasattr(criterion, "set_num_updates"):  # the pruned RNN-T loss's warm-up follows the update count
+            criterion.set_num_updates(update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
     def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
         # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple; in
         # validation and decoding that would silently leave utterances out of the loss and the WER.
