@@ -118,3 +118,29 @@ def test_fairseq_train_with_the_pruned_rnnt_loss(recipe, tmp_path):
     run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
             "--path", str(tmp_path / "ckpt/checkpoint_last.pt"), "--gen-subset", "test-fixture", "--beam", "2",
             "--scoring", "wer", "--max-tokens", "10000", "--cpu"])
+
+
+def test_a_split_named_train_is_decoded_whole_and_unaugmented(recipe, tmp_path):
+    """fairseq calls any split whose name starts with "train" a training split (SpecAugment, shuffling, batches
+    dropped to a multiple of 8); the task calls so only the --train-subset that fairseq-train trains on."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    work, _, _ = recipe
+    data, checkpoint = work / "data", work / "checkpoints/mssm_transducer/checkpoint_avg2.pt"
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer", "--train-subset", "train-fixture",
+        "--arch", "mssm_transducer", "--criterion", "transducer", "--optimizer", "adam", "--lr", "1e-3"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    task.load_dataset("train-fixture", combine=True)  # as fairseq-train's trainer loads its training data
+    assert task.dataset("train-fixture").is_train_split
+    task.load_dataset("train-fixture")  # as fairseq-generate and fairseq-validate load any split
+    assert not task.dataset("train-fixture").is_train_split
+    decodes = []
+    for run in range(2):
+        run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+                "--path", str(checkpoint), "--gen-subset", "train-fixture", "--beam", "2", "--scoring", "wer",
+                "--max-tokens", "10000", "--results-path", str(tmp_path / f"decode{run}"), "--cpu"])
+        decodes.append((tmp_path / f"decode{run}/generate-train-fixture.txt").read_text())
+    assert len(re.findall(r"^T-\d+\t", decodes[0], flags=re.M)) == sum(map(len, TRANSCRIPTS["train-fixture"].values()))
+    assert re.findall(r"^H-.*$", decodes[0], flags=re.M) == re.findall(r"^H-.*$", decodes[1], flags=re.M)

@@ -9,6 +9,7 @@ from argparse import Namespace
 from contextlib import nullcontext
 
 import torch
+from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
@@ -59,6 +60,19 @@ class SpeechTransducerTask(SpeechToTextTask):
         with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
             cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
         return LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        """As ``speech_to_text``, except what counts as a training split (SpecAugment, shuffling, fairseq's batch
+        multiple): the ``--train-subset`` that ``fairseq-train`` loads for training, not any split whose name
+        starts with ``train``. ``fairseq-generate --gen-subset train-clean-100`` scores every utterance, unaugmented.
+        """
+        is_train_split = combine and split == getattr(self.args, "train_subset", None)
+        self.datasets[split] = SpeechToTextDatasetCreator.from_tsv(
+            root=self.args.data, cfg=self.data_cfg, splits=split, tgt_dict=self.tgt_dict,
+            pre_tokenizer=self.build_tokenizer(self.args), bpe_tokenizer=self.build_bpe(self.args),
+            is_train_split=is_train_split, epoch=epoch, seed=self.args.seed, speaker_to_id=self.speaker_to_id,
+            multitask=self.multitask_tasks,
+        )
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if hasattr(criterion, "set_num_updates"):  # the pruned RNN-T loss's warm-up follows the update count
