@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from ssm_fairseq.ssm import bidirectional_fft_conv, fft_conv
+from ssm_fairseq.ssm.fft_conv import fft_size
 
 
 def direct_causal(u, K, D=None):
@@ -78,3 +79,25 @@ def test_low_precision_input_is_convolved_in_float32():
 def test_bad_input(u, K, D, mask, message):
     with pytest.raises(ValueError, match=message):
         fft_conv(u, K, D, padding_mask=mask)
+
+
+@pytest.mark.parametrize("L", [1, 5, 12])
+def test_gradients_equal_finite_differences(L):
+    """The circular convolution's own backward (real FFT correlations), causal, anti-causal and bidirectional."""
+    torch.manual_seed(L)
+    u = torch.randn(2, 3, L, dtype=torch.float64, requires_grad=True)
+    K = torch.randn(2, 3, L + 2, dtype=torch.float64, requires_grad=True)
+    K2 = torch.randn(1, 3, L, dtype=torch.float64, requires_grad=True)
+    D = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, L, dtype=torch.bool)
+    mask[1, L // 2 + 1:] = True
+    for reverse in (False, True):
+        assert torch.autograd.gradcheck(lambda u, K, D: fft_conv(u, K, D, mask, reverse), (u, K, D))
+    assert torch.autograd.gradcheck(lambda u, K, K2: bidirectional_fft_conv(u, K[:1], K2, None, mask), (u, K, K2))
+
+
+def test_fft_sizes_are_fast_and_long_enough():
+    for n in range(1, 5000):
+        size = fft_size(n)
+        assert size >= n and (size & (size - 1) == 0 or (size % 3 == 0 and (size // 3) & (size // 3 - 1) == 0))
+        assert size < 2 * n or n == 1

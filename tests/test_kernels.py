@@ -160,3 +160,21 @@ def test_bad_lengths():
     for bad in (0, -3, 2.5):
         with pytest.raises(ValueError, match="positive int"):
             MSSMKernel(2, 4)(bad)
+
+
+@pytest.mark.parametrize("name", ["mssm", "dss_softmax"])
+def test_inference_reuses_the_kernel_until_a_parameter_changes(name):
+    torch.manual_seed(0)
+    kernel = MSSMKernel(8, 4, 2, heads=2) if name == "mssm" else DSSKernel(8, 4, variant="softmax")
+    kernel.eval()
+    with torch.no_grad():
+        long_kernel, _ = kernel(40)
+        assert kernel(40)[0] is long_kernel  # reused
+        short, _ = kernel(25)
+        assert torch.allclose(short, kernel.kernel(25), atol=1e-6)  # a prefix, or recomputed for DSS-softmax
+        next(kernel.parameters()).add_(0.1)  # a parameter changes: recomputed
+        assert torch.allclose(kernel(25)[0], kernel.kernel(25), atol=1e-6)
+        assert not torch.allclose(kernel(25)[0], short)
+    kernel.train()
+    trained, _ = kernel(25)  # training never uses the cache
+    assert trained.requires_grad

@@ -70,6 +70,9 @@ class DSSKernel(DiagonalSSMKernel):
         self.D = nn.Parameter(torch.randn(out_channels, channels))
         self.log_dt = nn.Parameter(log_uniform_dt(channels, dt_min, dt_max).float())
 
+    def prefix_stable(self) -> bool:
+        return self.variant == "exp"  # DSS-softmax normalises over the kernel's length
+
     def eigenvalues(self) -> Tensor:
         re = self.real(self.Lambda_re)
         re = -torch.exp(re) if self.variant == "exp" else re

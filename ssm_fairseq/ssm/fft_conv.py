@@ -1,8 +1,10 @@
 """Long convolutions through the FFT: causal, anti-causal and bidirectional, safe with padded batches.
 
 A length-``L`` causal convolution ``y_k = sum_{j<=k} K_{k-j} u_j`` is a product of polynomials, computed as
-``irfft(rfft(u, 2L) * rfft(K, 2L))[:L]``; zero padding to ``2L`` removes the circular wrap-around.
-The FFTs run in float32 (float64 for float64 inputs) whatever autocast says.
+``irfft(rfft(u, n) * rfft(K, n))[:L]``; zero padding to ``n >= 2L - 1`` removes the circular wrap-around, and
+``n`` is a fast FFT size (``2^a`` or ``3 * 2^a``). The FFTs run in float32 (float64 for float64 inputs) whatever
+autocast says. The circular convolution has its own backward: it keeps the real inputs, not their spectra, and
+recomputes the spectra with real FFTs (a correlation for each input's gradient).
 """
 from __future__ import annotations
 
@@ -36,11 +38,38 @@ def _compute_dtype(u: Tensor) -> torch.dtype:
     return torch.float64 if u.dtype == torch.float64 else torch.float32
 
 
-def _fft_conv(u: Tensor, K_circular: Tensor, L: int) -> Tensor:
-    """Circular convolution of ``B x H x L`` inputs with ``C x H x 2L`` kernels -> ``B x C x H x L``."""
-    n = K_circular.shape[-1]
-    spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * torch.fft.rfft(K_circular, n=n)
-    return torch.fft.irfft(spectrum, n=n)[..., :L]
+def fft_size(n: int) -> int:
+    """The smallest ``2^a`` or ``3 * 2^a`` that is at least ``n`` (sizes pocketfft and cuFFT transform fastest)."""
+    power_of_two = 1 << max(0, n - 1).bit_length()
+    three_times = 3 << max(0, (n - 1) // 3).bit_length()
+    return min(power_of_two, three_times)
+
+
+class _CircularConvolution(torch.autograd.Function):
+    """``B x H x L`` inputs circularly convolved with ``C x H x n`` kernels, first ``L`` outputs: ``B x C x H x L``.
+
+    Backward: ``grad_u = irfft(G conj(rfft K))[:L]`` summed over ``C`` and ``grad_K = irfft(G conj(rfft u))``
+    summed over ``B``, with ``G = rfft(grad, n)``; only ``u`` and ``K`` are saved.
+    """
+
+    @staticmethod
+    def forward(ctx, u: Tensor, k: Tensor) -> Tensor:
+        n, L = k.shape[-1], u.shape[-1]
+        ctx.save_for_backward(u, k)
+        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * torch.fft.rfft(k)
+        return torch.fft.irfft(spectrum, n=n)[..., :L]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        u, k = ctx.saved_tensors
+        n, L = k.shape[-1], u.shape[-1]
+        g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1)
+        grad_u = grad_k = None
+        if ctx.needs_input_grad[0]:
+            grad_u = torch.fft.irfft((g * torch.fft.rfft(k).conj()).sum(1), n=n)[..., :L]
+        if ctx.needs_input_grad[1]:
+            grad_k = torch.fft.irfft((g * torch.fft.rfft(u, n=n).unsqueeze(1).conj()).sum(0), n=n)
+        return grad_u, grad_k
 
 
 def _finish(y: Tensor, u: Tensor, D: Tensor | None, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
@@ -76,12 +105,12 @@ def fft_conv(
     _check_kernel(u, K, D, padding_mask)
     L = u.shape[-1]
     x = _prepare(u, padding_mask)
-    k = K[..., :L].to(x.dtype)
-    if reverse:  # put tap m at lag -m (index 2L - m) of a 2L circle
-        k = torch.cat([k[..., :1], k.new_zeros(k.shape[:-1] + (L,)), k[..., 1:].flip(-1)], dim=-1)
+    k, n = K[..., :L].to(x.dtype), fft_size(2 * L - 1)
+    if reverse:  # put tap m at lag -m (index n - m) of the circle
+        k = torch.cat([k[..., :1], k.new_zeros(k.shape[:-1] + (n - L,)), k[..., 1:].flip(-1)], dim=-1)
     else:
-        k = F.pad(k, (0, L))
-    return _finish(_fft_conv(x, k, L), x, D, padding_mask, u.dtype)
+        k = F.pad(k, (0, n - L))
+    return _finish(_CircularConvolution.apply(x, k), x, D, padding_mask, u.dtype)
 
 
 def bidirectional_fft_conv(
@@ -95,6 +124,7 @@ def bidirectional_fft_conv(
     _check_kernel(u, K_backward, None, padding_mask)
     L = u.shape[-1]
     x = _prepare(u, padding_mask)
-    kf, kb = K_forward[..., :L].to(x.dtype), K_backward[..., :L].to(x.dtype)
-    k = torch.cat([kf[..., :1] + kb[..., :1], kf[..., 1:], kf.new_zeros(kf.shape[:-1] + (1,)), kb[..., 1:].flip(-1)], -1)
-    return _finish(_fft_conv(x, k, L), x, D, padding_mask, u.dtype)
+    kf, kb, n = K_forward[..., :L].to(x.dtype), K_backward[..., :L].to(x.dtype), fft_size(2 * L - 1)
+    zeros = kf.new_zeros(kf.shape[:-1] + (n - 2 * L + 1,))
+    k = torch.cat([kf[..., :1] + kb[..., :1], kf[..., 1:], zeros, kb[..., 1:].flip(-1)], -1)
+    return _finish(_CircularConvolution.apply(x, k), x, D, padding_mask, u.dtype)

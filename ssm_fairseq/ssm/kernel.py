@@ -73,10 +73,34 @@ class SSMKernel(nn.Module, abc.ABC):
         return torch.view_as_complex(t.to(self.real_dtype).contiguous())
 
     def forward(self, L: int) -> tuple[Tensor, Tensor]:
-        """Convolution kernel ``K``: ``C x H x L`` and skip ``D``: ``C x H``, in float32 or float64."""
+        """Convolution kernel ``K``: ``C x H x L`` and skip ``D``: ``C x H``, in float32 or float64.
+
+        In inference (eval mode, no autograd) the kernel is kept until a parameter changes and reused for any
+        length it covers (``prefix_stable``): decoding pays for kernel generation once, not once per batch.
+        """
         self.check_length(L)
         with torch.autocast(device_type=self.D.device.type, enabled=False):
-            return self.kernel(L), self.real(self.D)
+            if self.training or torch.is_grad_enabled():
+                self._inference_kernel = None
+                return self.kernel(L), self.real(self.D)
+            return self._cached_kernel(L), self.real(self.D)
+
+    def prefix_stable(self) -> bool:
+        """Whether ``kernel(L)`` is the first ``L`` taps of ``kernel(L')`` for every ``L' > L``."""
+        return True
+
+    def _cached_kernel(self, L: int) -> Tensor:
+        parameters = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters())
+        cached = getattr(self, "_inference_kernel", None)
+        if cached is not None and cached[0] == parameters:
+            length = cached[1].shape[-1]
+            if length == L:
+                return cached[1]
+            if length > L and self.prefix_stable():
+                return cached[1][..., :L]
+        K = self.kernel(L)
+        self._inference_kernel = (parameters, K)
+        return K
 
     def check_length(self, L: int) -> None:
         if not isinstance(L, int) or L < 1:

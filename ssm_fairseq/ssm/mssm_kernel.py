@@ -58,8 +58,9 @@ class MSSMKernel(DiagonalSSMKernel):
     def diagonal_system(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         mu, V = torch.linalg.eigh(self.state_matrix())  # heads x N, heads x N x N
         b = torch.einsum("hnm,hn->hm", V, self.real(self.B))  # V^T B
-        V = self._per_channel(V)
-        c = torch.einsum("chn,hnm->chm", self.real(self.C), V)  # C V
+        C = self.real(self.C)
+        # C V, one product per head over all its channels (not one tiny product per channel)
+        c = torch.einsum("cgkn,gnm->cgkm", C.view(C.shape[0], self.heads, -1, C.shape[-1]), V).reshape(C.shape)
         return self._per_channel(mu), self._per_channel(b), c, torch.exp(self.real(self.z_dt))
 
     def continuous_matrices(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -155,7 +155,7 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-1)
     negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
     m = max(1, math.isqrt(L))
-    blocks, rest = divmod(L, m)
+    blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
 
     def powers(k: Tensor) -> Tensor:  # base ** k for integer-valued k: ... x N x len(k)
         sign = 1 - 2 * negative * torch.remainder(k, 2)
@@ -164,8 +164,4 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     q = torch.arange(blocks, dtype=log_abs.dtype, device=base.device) * m
     r = torch.arange(m, dtype=log_abs.dtype, device=base.device)
     coarse = (a.unsqueeze(-1) * powers(q)).transpose(-1, -2)  # ... x blocks x N
-    out = (coarse @ powers(r)).flatten(-2)
-    if rest:
-        k = torch.arange(blocks * m, L, dtype=log_abs.dtype, device=base.device)
-        out = torch.cat([out, (a.unsqueeze(-1) * powers(k)).sum(-2)], dim=-1)
-    return out
+    return (coarse @ powers(r)).flatten(-2)[..., :L]
