@@ -9,6 +9,8 @@ Every layer is a chain of pre-norm residual blocks ``x + Dropout(Block(LN(x)))``
 ``conformer``   convolution module (kernel 31), self-attention, FFN, LayerNorm
                 (convolution before attention, no macaron FFN, as in section 4.1)
 ``s4``          bidirectional single-head S4-LegS block (GLU, same stacking and state size), FFN
+``local``       bidirectional sliding-window self-attention (``attention_window`` keys on each side), FFN
+                (the sliding-window baseline of the MSSM paper's Table 4)
 ==============  ================================================================
 """
 from __future__ import annotations
@@ -20,9 +22,10 @@ from torch import Tensor, nn
 from .bidirectional_ssm import BidirectionalSSM
 from .conformer_convolution import ConformerConvolution
 from .feed_forward import FeedForward
+from .local_attention import LocalAttention
 from .self_attention import SelfAttention
 
-LAYER_TYPES = ("mssm", "stateformer", "transformer", "conformer", "s4")
+LAYER_TYPES = ("mssm", "stateformer", "transformer", "conformer", "s4", "local")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class LayerConfig:
     mssm_scale: float = 0.5
     s4_l_max: int = 2048
     conv_kernel_size: int = 31
+    attention_window: int = 128
     dropout: float = 0.1
 
     def widened(self, dim: int) -> LayerConfig:
@@ -74,6 +78,8 @@ def _blocks(layer_type: str, cfg: LayerConfig) -> list[nn.Module]:
         return [ConformerConvolution(cfg.dim, cfg.conv_kernel_size, cfg.dropout), attention(), ffn]
     if layer_type == "s4":
         return [_s4_block(cfg), ffn]
+    if layer_type == "local":
+        return [LocalAttention(cfg.dim, cfg.attention_heads, cfg.attention_window, "window", dropout=cfg.dropout), ffn]
     raise ValueError(f"layer type must be one of {LAYER_TYPES}, got {layer_type!r}")
 
 

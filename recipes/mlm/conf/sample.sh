@@ -1,0 +1,17 @@
+# The generated long-document sample (scripts/make_long_documents.py: 16 training stories of about 4000 words)
+# with small models that train on 2 CPU cores in minutes. Same variables as conf/mlm.sh.
+raw_dir="${RAW_DIR:-$work_dir/raw}"
+labelled_dir="${LABELLED_DIR:-$work_dir/raw/labelled}"
+generate_sample="${GENERATE_SAMPLE:-1}"
+vocab_size="${VOCAB_SIZE:-256}"
+archs="${ARCHS:-mssm_roberta_base local_roberta_base}"
+model_args="${MODEL_ARGS:---encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 256 \
+--encoder-attention-heads 4 --ssm-heads 4 --ssm-state-size 16}"
+tokens_per_sample="${TOKENS_PER_SAMPLE:-4096}"
+batch_size="${BATCH_SIZE:-2}"
+update_freq="${UPDATE_FREQ:-1}"
+lr="${LR:-1e-3}"
+warmup_updates="${WARMUP_UPDATES:-50}"
+max_update="${MAX_UPDATE:-400}"
+finetune_lr="${FINETUNE_LR:-1e-3}"
+finetune_max_epoch="${FINETUNE_MAX_EPOCH:-3}"

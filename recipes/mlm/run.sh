@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Masked language modelling on long documents (MSSM paper section 4.2, Table 4): the MSSM encoder against the
+# sliding-window attention baseline, stage by stage.
+#
+#   recipes/mlm/run.sh [--stage N] [--stop-stage N] [--conf FILE]
+#
+# Stages: 0 the generated document sample (only with GENERATE_SAMPLE=1, conf/sample.sh), 1 tokenise
+# (SentencePiece trained on train.txt, or GPT-2 BPE when GPT2_ENCODER_JSON and GPT2_VOCAB_BPE are set),
+# 2 fairseq-preprocess, 3 fairseq-train --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes
+# from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table,
+# 6 sentence_prediction fine-tuning from each pre-trained checkpoint on LABELLED_DIR's TSV with an accuracy
+# table (skipped, saying so, when LABELLED_DIR is empty). Every stage can be re-run on its own.
+#
+# --conf: conf/mlm.sh (your corpus in RAW_DIR, Table 4's 24-layer models; the default) or conf/sample.sh (the
+# generated sample and small models, minutes on a CPU). Environment: WORK_DIR (default exp/mlm or
+# exp/mlm_sample), TRAIN_ARGS / FINETUNE_ARGS / VALID_ARGS (extra arguments of fairseq-train / fairseq-train for
+# fine-tuning / fairseq-validate), PYTHON_BIN (directory of python and the fairseq-* commands; default .venv/bin
+# if present), and any variable of the conf file in upper case.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+stage=0
+stop_stage=6
+conf="$repo/recipes/mlm/conf/mlm.sh"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) stage="$2"; shift 2 ;;
+    --stop-stage) stop_stage="$2"; shift 2 ;;
+    --conf) conf="$2"; shift 2 ;;
+    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --conf)" >&2; exit 2 ;;
+  esac
+done
+[[ -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+default_work="exp/mlm"
+[[ "$(basename "$conf")" == sample.sh ]] && default_work="exp/mlm_sample"
+work_dir="${WORK_DIR:-$default_work}"
+# shellcheck source=conf/mlm.sh
+source "$conf"
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh"
+bpe_dir="$work_dir/bpe"
+data_bin="$work_dir/data-bin"
+
+if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
+  if [[ "$generate_sample" == 1 ]]; then
+    log "stage 0: generating the long-document sample into $raw_dir"
+    run python "$repo/scripts/make_long_documents.py" "$raw_dir"
+  else
+    log "stage 0: using the corpus in $raw_dir (GENERATE_SAMPLE=0)"
+  fi
+fi
+
+if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
+  log "stage 1: tokenising $raw_dir -> $bpe_dir"
+  tokeniser=(--vocab-size "$vocab_size")
+  if [[ -n "${GPT2_ENCODER_JSON:-}" || -n "${GPT2_VOCAB_BPE:-}" ]]; then
+    tokeniser=(--gpt2-encoder-json "${GPT2_ENCODER_JSON:-}" --gpt2-vocab-bpe "${GPT2_VOCAB_BPE:-}")
+  fi
+  run python "$repo/scripts/prepare_mlm.py" --raw "$raw_dir" --out "$bpe_dir" "${tokeniser[@]}" \
+    ${labelled_dir:+--labelled "$labelled_dir"}
+fi
+
+if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
+  log "stage 2: fairseq-preprocess $bpe_dir -> $data_bin"
+  run fairseq-preprocess --only-source --trainpref "$bpe_dir/train.bpe" --validpref "$bpe_dir/valid.bpe" \
+    --testpref "$bpe_dir/test.bpe" --destdir "$data_bin" --workers "$(nproc)"
+  if [[ -n "$labelled_dir" ]]; then
+    run fairseq-preprocess --only-source --trainpref "$bpe_dir/labelled/input0/train.bpe" \
+      --validpref "$bpe_dir/labelled/input0/valid.bpe" --srcdict "$data_bin/dict.txt" \
+      --destdir "$data_bin/labelled/input0" --workers "$(nproc)"
+    run fairseq-preprocess --only-source --trainpref "$bpe_dir/labelled/label/train.label" \
+      --validpref "$bpe_dir/labelled/label/valid.label" --destdir "$data_bin/labelled/label" --workers "$(nproc)"
+  fi
+fi
+
+if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+  for arch in $archs; do
+    log "stage 3: fairseq-train --task masked_lm --arch $arch -> $work_dir/checkpoints/$arch (resumes if present)"
+    # shellcheck disable=SC2086
+    run fairseq-train "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm --criterion masked_lm \
+      --arch "$arch" $model_args --save-dir "$work_dir/checkpoints/$arch" \
+      --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc \
+      --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
+      --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0 \
+      --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$warmup_updates" --total-num-update "$max_update" \
+      --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test --seed 1 \
+      --log-format simple --log-interval 10 ${TRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/train_$arch.log"
+  done
+fi
+
+if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
+  for arch in $archs; do
+    for split in valid test; do
+      log "stage 4: fairseq-validate $arch on $split"
+      # shellcheck disable=SC2086
+      run fairseq-validate "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm \
+        --path "$work_dir/checkpoints/$arch/checkpoint_best.pt" --valid-subset "$split" \
+        --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc --batch-size "$batch_size" \
+        --required-batch-size-multiple 1 --seed 1 ${VALID_ARGS:-} 2>&1 | tee "$work_dir/validate_${arch}_$split.log"
+    done
+  done
+fi
+
+# the last value of "| NAME VALUE" logged on a "valid on 'SUBSET' subset" line of a fairseq log (empty if none)
+logged_valid() { { grep -o "valid on '$2' subset.*| $3 [0-9.]*" "$1" || true; } | tail -1 | awk '{print $NF}'; }
+
+if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
+  log "stage 5: perplexity table (masked tokens, ${tokens_per_sample}-token sequences)"
+  echo
+  echo "| model | parameters | valid ppl | test ppl |"
+  echo "|---|---|---|---|"
+  for arch in $archs; do
+    params="$({ grep -so 'num. shared model params: [0-9,]*' "$work_dir/train_$arch.log" || true; } | tail -1 |
+      awk '{print $NF}')"
+    row="| $arch | ${params:-?} |"
+    for split in valid test; do
+      f="$work_dir/validate_${arch}_$split.log"
+      [[ -f "$f" ]] || { echo "missing $f: run stage 4 first" >&2; exit 1; }
+      ppl="$(logged_valid "$f" "$split" ppl)"
+      [[ -n "$ppl" ]] || { echo "no perplexity in $f: nothing was scored" >&2; exit 1; }
+      row="$row $ppl |"
+    done
+    echo "$row"
+  done
+fi
+
+if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
+  if [[ -z "$labelled_dir" ]]; then
+    log "stage 6: no LABELLED_DIR, skipping sentence_prediction fine-tuning"
+  else
+    labels="$data_bin/labelled/label/dict.txt"
+    [[ -f "$labels" ]] || { echo "missing $labels: run stage 2 with LABELLED_DIR set" >&2; exit 1; }
+    classes="$(grep -c . "$labels")"
+    for arch in $archs; do
+      log "stage 6: fine-tuning $arch with --task sentence_prediction ($classes classes)"
+      # shellcheck disable=SC2086
+      run fairseq-train "$data_bin/labelled" --user-dir "$repo/ssm_fairseq" --task sentence_prediction \
+        --criterion sentence_prediction --arch "$arch" $model_args --num-classes "$classes" \
+        --restore-file "$work_dir/checkpoints/$arch/checkpoint_best.pt" --reset-optimizer --reset-dataloader \
+        --reset-meters --reset-lr-scheduler --save-dir "$work_dir/checkpoints/${arch}_finetuned" \
+        --init-token 0 --separator-token 2 --max-positions "$tokens_per_sample" --batch-size 16 \
+        --max-epoch "$finetune_max_epoch" --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 \
+        --lr "$finetune_lr" --lr-scheduler fixed --required-batch-size-multiple 1 --no-epoch-checkpoints \
+        --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric --seed 1 \
+        --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee "$work_dir/finetune_$arch.log"
+    done
+    echo
+    echo "| model | fine-tuned valid accuracy (%) |"
+    echo "|---|---|"
+    for arch in $archs; do
+      accuracy="$(logged_valid "$work_dir/finetune_$arch.log" valid accuracy)"
+      [[ -n "$accuracy" ]] || { echo "no validation accuracy in $work_dir/finetune_$arch.log" >&2; exit 1; }
+      echo "| $arch | $accuracy |"
+    done
+  fi
+fi

@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Generate the long-document sample that ``recipes/mlm/run.sh`` trains on when no corpus is given.
+
+Every document is a story of several thousand words about one setting (sea, farm, city or mountain) with its
+own cast of invented people and places. A cast is introduced in the opening paragraph and referred to again
+thousands of words later, so predicting a masked name needs context far beyond a local attention window.
+The output follows fairseq's ``masked_lm`` conventions (the format RoBERTa's pre-training uses): one
+paragraph per line, an empty line between documents.
+
+    python scripts/make_long_documents.py OUT_DIR [--train 16 --valid 2 --test 2 --words 4000 --seed 1]
+
+writes ``OUT_DIR/{train,valid,test}.txt`` and, for ``sentence_prediction`` fine-tuning, the labelled
+passages ``OUT_DIR/labelled/{train,valid}.tsv`` (``label<TAB>text``, the label is the passage's setting).
+Everything is deterministic given ``--seed``.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+SETTINGS = {
+    "sea": (["harbour", "ship", "sail", "tide", "net", "storm", "lighthouse", "island", "wave", "anchor"],
+            ["rowed", "sailed", "anchored", "fished", "steered", "drifted"]),
+    "farm": (["barn", "field", "plough", "harvest", "orchard", "goat", "wheat", "fence", "well", "meadow"],
+             ["planted", "harvested", "fed", "ploughed", "milked", "mended"]),
+    "city": (["market", "tram", "office", "bridge", "tower", "street", "square", "library", "station", "cafe"],
+             ["hurried", "traded", "waited", "bargained", "wrote", "argued"]),
+    "mountain": (["ridge", "glacier", "cabin", "pass", "summit", "rope", "snow", "valley", "cliff", "pine"],
+                 ["climbed", "camped", "descended", "waited", "crossed", "rested"]),
+}
+LINKS = ["near", "beyond", "behind", "below", "above", "beside"]
+TIMES = ["at dawn", "in the evening", "before noon", "after the rain", "that winter", "the next day", "at night"]
+SYLLABLES = ["ka", "lo", "mi", "ren", "tor", "vi", "sa", "ul", "de", "bran", "el", "fi", "go", "har", "is", "jo"]
+
+
+def invented_name(rng: random.Random) -> str:
+    """A capitalised word of two or three syllables (people and places)."""
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def sentence(rng: random.Random, setting: str, cast: list[str], places: list[str]) -> str:
+    """One sentence about a member of the cast in the setting."""
+    nouns, verbs = SETTINGS[setting]
+    who, where = rng.choice(cast), rng.choice(places)
+    return rng.choice([
+        f"{who} {rng.choice(verbs)} {rng.choice(LINKS)} the {rng.choice(nouns)} of {where} {rng.choice(TIMES)}.",
+        f"{rng.choice(TIMES).capitalize()}, {who} remembered the {rng.choice(nouns)} that {rng.choice(cast)} "
+        f"had {rng.choice(verbs)} {rng.choice(LINKS)} {where}.",
+        f"The {rng.choice(nouns)} {rng.choice(LINKS)} {where} was where {who} and {rng.choice(cast)} first "
+        f"{rng.choice(verbs)}.",
+        f"Everyone in {where} knew that {who} {rng.choice(verbs)} whenever the {rng.choice(nouns)} was quiet.",
+    ])
+
+
+def document(rng: random.Random, words: int) -> list[str]:
+    """Paragraphs of one story of about ``words`` words."""
+    setting = rng.choice(sorted(SETTINGS))
+    cast = [f"{invented_name(rng)} {invented_name(rng)}" for _ in range(rng.randint(3, 5))]
+    places = [invented_name(rng) for _ in range(rng.randint(2, 4))]
+    paragraphs = [f"This is the story of {', '.join(cast[:-1])} and {cast[-1]}, who lived in "
+                  f"{' and '.join(places)}, in the {setting} country."]
+    count = len(paragraphs[0].split())
+    while count < words:
+        paragraph = " ".join(sentence(rng, setting, cast, places) for _ in range(rng.randint(4, 9)))
+        paragraphs.append(paragraph)
+        count += len(paragraph.split())
+    return paragraphs
+
+
+def labelled_passage(rng: random.Random) -> tuple[str, str]:
+    """A short passage and its setting."""
+    setting = rng.choice(sorted(SETTINGS))
+    cast = [invented_name(rng) for _ in range(2)]
+    places = [invented_name(rng)]
+    return setting, " ".join(sentence(rng, setting, cast, places) for _ in range(rng.randint(2, 4)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--train", type=int, default=16, help="training documents")
+    parser.add_argument("--valid", type=int, default=2, help="validation documents")
+    parser.add_argument("--test", type=int, default=2, help="test documents")
+    parser.add_argument("--words", type=int, default=4000, help="words per document (about)")
+    parser.add_argument("--labelled", type=int, default=400, help="labelled passages (4/5 train, 1/5 valid)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        documents = ["\n".join(document(rng, args.words)) for _ in range(getattr(args, split))]
+        (args.out / f"{split}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    (args.out / "labelled").mkdir(exist_ok=True)
+    passages = [labelled_passage(rng) for _ in range(args.labelled)]
+    n_train = len(passages) * 4 // 5
+    for split, rows in (("train", passages[:n_train]), ("valid", passages[n_train:])):
+        text = "".join(f"{label}\t{passage}\n" for label, passage in rows)
+        (args.out / "labelled" / f"{split}.tsv").write_text(text, encoding="utf-8")
+    print(f"wrote {args.train}/{args.valid}/{args.test} documents and {len(passages)} labelled passages to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The masked-LM recipe through fairseq's CLIs on the generated long-document sample, with small models."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli import BIN, REPO, run_ok
+
+ARCHS = ("mssm_roberta_base", "local_roberta_base")
+
+
+def recipe_env(work: Path, **extra) -> dict:
+    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), MAX_UPDATE="4", FINETUNE_MAX_EPOCH="1",
+                TRAIN_ARGS="--cpu --num-workers 0 --no-epoch-checkpoints", VALID_ARGS="--cpu",
+                FINETUNE_ARGS="--cpu --num-workers 0", **extra)
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> tuple[Path, str]:
+    """Every stage: sample, SentencePiece, preprocess, pre-train 4 updates at 4096 tokens, validate, fine-tune."""
+    work = tmp_path_factory.mktemp("mlm")
+    out = run_ok(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh"], env=recipe_env(work))
+    return work, out
+
+
+def test_the_sample_documents_are_long(recipe):
+    work, _ = recipe
+    documents = (work / "bpe/train.bpe").read_text().split("\n\n")
+    assert len(documents) == 16 and min(len(d.split()) for d in documents) > 4096
+
+
+def test_pretraining_trains_on_4096_token_blocks_and_the_table_reports_both_models(recipe):
+    work, out = recipe
+    for arch in ARCHS:
+        log = (work / f"train_{arch}.log").read_text()
+        assert "num_updates 4" in log and re.search(r"loaded \d+ blocks from: \S+/train", log)
+        assert (work / f"checkpoints/{arch}/checkpoint_best.pt").exists()
+        row = re.search(rf"^\| {arch} \| ([0-9,]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, flags=re.M)
+        assert row, out[-3000:]
+        assert all(1 < float(ppl) < 300 for ppl in row.groups()[1:])  # a vocabulary of 256 pieces
+        validated = (work / f"validate_{arch}_test.log").read_text()
+        assert f"| ppl {row.group(3)} |" in validated
+
+
+def test_finetuning_starts_from_the_pretrained_checkpoint(recipe):
+    work, out = recipe
+    for arch in ARCHS:
+        log = (work / f"finetune_{arch}.log").read_text()
+        assert f"Loaded checkpoint {work}/checkpoints/{arch}/checkpoint_best.pt" in log
+        accuracy = re.search(rf"^\| {arch} \| ([0-9.]+) \|$", out, flags=re.M)
+        assert accuracy and 0 <= float(accuracy.group(1)) <= 100
+
+
+def test_the_recipe_restarts_at_the_table(recipe):
+    work, _ = recipe
+    out = run_ok(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh", "--stage", "5",
+                  "--stop-stage", "5"], env=recipe_env(work))
+    assert all(f"| {arch} |" in out for arch in ARCHS)
+
+
+def test_the_recipe_fails_when_nothing_was_scored(recipe, tmp_path):
+    work, _ = recipe
+    (tmp_path / "validate_mssm_roberta_base_valid.log").write_text("no scores here\n")
+    result = subprocess.run(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh", "--stage", "5",
+                             "--stop-stage", "5"], capture_output=True, text=True, cwd=REPO,
+                            env=recipe_env(tmp_path, ARCHS="mssm_roberta_base"))
+    assert result.returncode != 0 and "no perplexity" in result.stderr
+
+
+def test_a_malformed_labelled_row_is_named(tmp_path):
+    raw = tmp_path / "raw"
+    run_ok([str(BIN / "python"), "scripts/make_long_documents.py", str(raw), "--train", "1", "--valid", "1",
+            "--test", "1", "--words", "50", "--labelled", "10"])
+    with open(raw / "labelled/valid.tsv", "a") as f:
+        f.write("no tab in this row\n")
+    result = subprocess.run([str(BIN / "python"), "scripts/prepare_mlm.py", "--raw", str(raw), "--out",
+                             str(tmp_path / "bpe"), "--labelled", str(raw / "labelled")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0 and f"{raw}/labelled/valid.tsv:3" in result.stderr
+
+
+def test_kernel_plots_of_a_trained_checkpoint(recipe, tmp_path):
+    work, _ = recipe
+    png = tmp_path / "kernels.png"
+    run_ok([str(BIN / "python"), "scripts/plot_kernels.py", str(work / "checkpoints/mssm_roberta_base/checkpoint_best.pt"),
+            "--layer", "1", "--heads", "0", "1", "2", "-o", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    result = subprocess.run([str(BIN / "python"), "scripts/plot_kernels.py",
+                             str(work / "checkpoints/local_roberta_base/checkpoint_best.pt"), "--layer", "0", "-o",
+                             str(tmp_path / "none.png")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0 and "no stage-0 MSSM kernels in layer 0" in result.stderr
