@@ -9,7 +9,7 @@ setup(
     packages=find_packages(include=["ssm_fairseq", "ssm_fairseq.*"]),
     python_requires=">=3.8",
     install_requires=[
-        "torch>=2.0",
+        "torch>=2.6",  # torch.load with weights_only=True by default: a checkpoint cannot run code
         "torchaudio>=2.0",
         "numpy<2",  # fairseq 0.12 uses np.compat, removed in numpy 2
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=5, help="how many of the last epoch checkpoints to average")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error(f"--last must be at least 1, got {args.last}")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     try:
         paths = last_epoch_checkpoints(args.checkpoint_dir, args.last)

@@ -4,11 +4,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from fairseq import checkpoint_utils
+from omegaconf import OmegaConf
 
 import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoints hold)
 
@@ -57,6 +59,16 @@ def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(recipe):
     assert not torch.equal(epochs[0]["joiner.output.weight"], epochs[1]["joiner.output.weight"])
 
 
+@pytest.mark.parametrize("last", ["0", "-3"])
+def test_averaging_refuses_a_count_below_one(recipe, tmp_path, last):
+    work, _, _ = recipe
+    result = subprocess.run([sys.executable, "scripts/average_checkpoints.py", "--checkpoint-dir",
+                             str(work / "checkpoints/mssm_transducer"), "--last", last, "--output",
+                             str(tmp_path / "avg.pt")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and f"--last must be at least 1, got {last}" in result.stderr
+    assert not (tmp_path / "avg.pt").exists()
+
+
 def test_recipe_restarts_at_a_stage(recipe):
     work, env, _ = recipe
     out = run_ok(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--stage", "5"],
@@ -96,7 +108,7 @@ def test_fairseq_train_then_generate_with_beam_search(recipe, tmp_path):
     assert len(alignments) == len(label_scores) == 4
     for scores, alignment in zip(label_scores, alignments):  # frame-position pairs: one per label, frames in order
         pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
-        assert [position for _, position in pairs] == list(range(len(scores.split())))
+        assert [position for _, position in pairs] == list(range(len(scores.split()) - 1))  # P- also scores </s>
         assert [frame for frame, _ in pairs] == sorted(frame for frame, _ in pairs)
     assert re.search(r"^Generate test-fixture with beam=2: WER: [0-9.]+$", decoded, flags=re.M)
 
@@ -144,3 +156,22 @@ def test_a_split_named_train_is_decoded_whole_and_unaugmented(recipe, tmp_path):
         decodes.append((tmp_path / f"decode{run}/generate-train-fixture.txt").read_text())
     assert len(re.findall(r"^T-\d+\t", decodes[0], flags=re.M)) == sum(map(len, TRANSCRIPTS["train-fixture"].values()))
     assert re.findall(r"^H-.*$", decodes[0], flags=re.M) == re.findall(r"^H-.*$", decodes[1], flags=re.M)
+
+
+@pytest.mark.parametrize("beam", ["1", "2"])
+def test_all_blank_decodes_score_with_the_default_bleu(recipe, tmp_path, beam):
+    """An early checkpoint that emits only blanks: fairseq's default --scoring bleu (a C scorer that crashed on
+    an empty hypothesis) scores it, and every utterance is printed with an empty hypothesis."""
+    work, _, _ = recipe
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(work / "checkpoints/mssm_transducer/checkpoint_avg2.pt"))
+    blank = 0  # the dictionary's <s>
+    state["model"]["joiner.output.bias"][blank] = 1e4
+    state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)  # as fairseq stores it
+    torch.save(state, tmp_path / "blank.pt")
+    out = run_ok([str(BIN / "fairseq-generate"), str(work / "data"), "--user-dir", "ssm_fairseq", "--task",
+                  "speech_transducer", "--path", str(tmp_path / "blank.pt"), "--gen-subset", "test-fixture",
+                  "--beam", beam, "--max-tokens", "10000", "--cpu"])
+    hypotheses = re.findall(r"^H-\d+\t(\S+)\t(.*)$", out, flags=re.M)
+    assert len(hypotheses) == sum(map(len, TRANSCRIPTS["test-fixture"].values()))
+    assert all(text == "" for _, text in hypotheses)
+    assert "BLEU4 = 0.00" in out

@@ -52,3 +52,18 @@ def test_import_through_fairseq_user_dir(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "0.1.0" in result.stdout
+
+
+def test_the_kernels_need_no_fairseq():
+    # sys.modules["fairseq"] = None: `import fairseq` fails and find_spec says it is not there, as if not installed
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        sys.modules["fairseq"] = None
+        import ssm_fairseq
+        from ssm_fairseq.ssm import MSSMKernel
+        from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
+        K, D = MSSMKernel(8, 4, heads=2)(16)
+        print(tuple(K.shape), [m for m in sys.modules if m.startswith("fairseq.")])
+        """)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(1, 8, 16) []"

@@ -103,8 +103,9 @@ def test_fairseq_generator_prints_the_model_score_and_alignment(trained):
     for beam in (1, 4):
         generator = TransducerGenerator([model], dictionary, beam=beam)
         for b, (hypo,) in enumerate(generator.generate([model], sample)):
-            tokens = hypo["tokens"].tolist()
-            assert tokens == reference(targets, target_lengths, b)
+            *tokens, eos = hypo["tokens"].tolist()
+            assert tokens == reference(targets, target_lengths, b) and eos == dictionary.eos()
+            assert hypo["positional_scores"].sum().item() == pytest.approx(hypo["score"], abs=1e-4)
             frames = [frame for frame, position in hypo["alignment"]]
             assert [position for _, position in hypo["alignment"]] == list(range(len(tokens)))
             recomputed = alignment_log_prob(model, features, lengths, b, tokens, frames)

@@ -16,7 +16,10 @@ class TransducerGenerator:
     ``fairseq-generate`` prints ``H-``/``D-``/``P-`` lines (and ``A-`` lines of ``frame-label`` index pairs with
     ``--print-alignment hard``) and scores them unchanged. ``score`` is the natural-log probability of the
     hypothesis under the model (fairseq prints it in base 2), whatever the ranking; ``positional_scores`` are the
-    labels' emission log-probabilities. The dictionary's ``<pad>``, ``<unk>`` and ``</s>`` are never emitted.
+    labels' emission log-probabilities. As fairseq's own hypotheses, ``tokens`` end with ``</s>``, whose positional
+    score is the rest of ``score`` (the blanks' share), so that the positional scores sum to it; an all-blank
+    decode is ``[</s>]``, which every fairseq scorer accepts. The search itself never emits ``<pad>``, ``<unk>``
+    or ``</s>``.
 
     Args:
         models: a list with one ``TransducerModel`` (average checkpoints rather than ensembling).
@@ -37,6 +40,7 @@ class TransducerGenerator:
         self.model = models[0]
         self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
         self.length_norm = length_norm
+        self.eos = tgt_dict.eos()
         self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
 
@@ -56,11 +60,11 @@ class TransducerGenerator:
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
 
-    @staticmethod
-    def _as_fairseq(hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | list]:
+    def _as_fairseq(self, hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | list]:
+        rest = hypothesis.score - sum(hypothesis.token_scores)
         return {
-            "tokens": torch.tensor(hypothesis.tokens, dtype=torch.long, device=device),
+            "tokens": torch.tensor(hypothesis.tokens + [self.eos], dtype=torch.long, device=device),
             "score": hypothesis.score,
-            "positional_scores": torch.tensor(hypothesis.token_scores, device=device),
+            "positional_scores": torch.tensor(hypothesis.token_scores + [rest], device=device),
             "alignment": list(zip(hypothesis.frames, range(len(hypothesis.tokens)))),
         }
