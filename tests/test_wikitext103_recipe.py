@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,3 +72,26 @@ def test_recipe_reports_missing_data(tmp_path):
     result = subprocess.run(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "1"],
                             capture_output=True, text=True, cwd=REPO, env=env)
     assert result.returncode != 0 and "wiki.train.tokens" in result.stderr
+
+
+def test_the_table_refuses_a_split_where_no_token_was_scored(trained, tmp_path):
+    # sequences longer than the model allows are all skipped: eval-lm scores nothing (and prints perplexity 1.00)
+    work = tmp_path / "work"
+    shutil.copytree(trained, work)
+    env = dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), TOKENS_PER_SAMPLE="100000", EVAL_ARGS="--cpu")
+    result = subprocess.run(["bash", "recipes/wikitext103/run.sh", "--stage", "3", "--stop-stage", "4"],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode != 0 and "no token was scored" in result.stderr
+    assert "| spade_lm_wiki103 |" not in result.stdout
+
+
+def test_the_recipe_trains_the_arch_its_usage_offers_without_adaptive_softmax(trained, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(trained / "data-bin", work / "data-bin")
+    env = dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN),
+               TRAIN_ARGS="--decoder-layers 1 --decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --attention-window 8 "
+                          "--ssm-state-size 8 --max-update 2 --max-tokens 128 --update-freq 1 --cpu --num-workers 0 "
+                          "--warmup-updates 1 --tokens-per-sample 64 --no-epoch-checkpoints")
+    out = run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "2", "--stop-stage", "2", "--arch", "spade_lm"],
+                 env=env)
+    assert "num_updates 2" in out and (work / "checkpoints/spade_lm/checkpoint_last.pt").exists()

@@ -61,6 +61,9 @@ fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-train --arch $arch -> $save_dir (resumes from checkpoint_last.pt if present)"
+  # the *_wiki103 architectures have an adaptive softmax, whose loss is adaptive_loss; spade_lm has a full one
+  criterion=cross_entropy
+  [[ "$arch" == *_wiki103 ]] && criterion=adaptive_loss
   # Baevski & Auli (2019) as published with fairseq; SPADE appendix C.3 keeps these settings.
   # shellcheck disable=SC2086
   run fairseq-train "$data_bin" --user-dir "$repo/ssm_fairseq" --task language_modeling --arch "$arch" \
@@ -68,7 +71,7 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
     --max-tokens "$tokens_per_sample" --update-freq 3 --max-update 286000 \
     --optimizer nag --lr 1.0 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 \
     --warmup-updates 16000 --warmup-init-lr 1e-07 --stop-min-lr 1e-09 --clip-norm 0.1 \
-    --criterion adaptive_loss --seed 1 --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
+    --criterion "$criterion" --seed 1 --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
     --log-format simple --log-interval 100 ${TRAIN_ARGS:-}
 fi
 
@@ -93,7 +96,10 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for split in valid test; do
     f="$work_dir/eval_${arch}_$split.log"
     [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
-    ppl="$(grep -o 'Perplexity: [0-9.]*' "$f" | tail -1 | cut -d' ' -f2)"
+    tokens="$({ grep -o 'Evaluated [0-9,]* tokens' "$f" || true; } | tail -1 | cut -d' ' -f2 | tr -d ,)"
+    [[ -n "$tokens" && "$tokens" -gt 0 ]] || {
+      echo "no token was scored in $f (is TOKENS_PER_SAMPLE longer than the split or the model allows?)" >&2; exit 1; }
+    ppl="$({ grep -o 'Perplexity: [0-9.]*' "$f" || true; } | tail -1 | cut -d' ' -f2)"
     [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
     row="$row $ppl |"
   done
