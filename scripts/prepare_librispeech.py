@@ -13,7 +13,8 @@ Output in ``--out``:
 - ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets
   unless ``--no-specaugment``.
 
-Features are computed on ``--jobs`` processes with progress logs; utterances whose ``.npy`` is already there
+Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
+kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes with progress logs; utterances whose ``.npy`` is already there
 are skipped, so an interrupted run resumes. Every problem (missing or unreadable audio, empty audio or
 transcript, audio without a transcript line) is reported by file and utterance; the run then fails, unless
 ``--skip-bad`` is given, in which case the bad utterances are left out and listed in ``SUBSET.rejected.tsv``.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import logging
 import multiprocessing
 import sys
@@ -43,6 +43,7 @@ LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", 
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
+SAMPLE_RATE = 16000  # features are computed at 16 kHz, mono: other audio is resampled and downmixed
 MIN_SAMPLES = 400  # one 25 ms window at 16 kHz
 
 
@@ -102,25 +103,45 @@ def log_mel_filterbank(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
                        sample_frequency=sample_rate).numpy()
 
 
-def extract(utterance: Utterance) -> tuple[str, int | str]:
-    """Compute and store one utterance's features -> ``(id, frames)``, or ``(id, problem)``."""
+def to_16k_mono(waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, str | None]:
+    """``samples x channels`` at any rate -> (mono 16 kHz samples, what was converted or None).
+
+    Several channels are averaged; another rate is resampled (torchaudio's windowed-sinc resampler), so the
+    filterbank's mel axis is the same as for LibriSpeech whatever the input.
+    """
+    conversions = []
+    mono = waveform.mean(axis=1)
+    if waveform.shape[1] > 1:
+        conversions.append(f"{waveform.shape[1]} channels downmixed")
+    if sample_rate != SAMPLE_RATE:
+        import torchaudio.functional
+
+        mono = torchaudio.functional.resample(torch.from_numpy(mono), sample_rate, SAMPLE_RATE).numpy()
+        conversions.append(f"resampled from {sample_rate} Hz")
+    return mono, ", ".join(conversions) or None
+
+
+def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
+    """Compute and store one utterance's features -> ``(id, frames, conversion)``, or ``(id, problem, None)``."""
     if utterance.features.is_file():
         try:
-            return utterance.id, np.load(utterance.features, mmap_mode="r").shape[0]
+            return utterance.id, np.load(utterance.features, mmap_mode="r").shape[0], None
         except (ValueError, OSError):
             pass  # a file cut short by an interrupted run: compute it again
     try:
         waveform, sample_rate = sf.read(utterance.audio, dtype="float32", always_2d=True)
     except Exception as error:  # soundfile raises several types for corrupt or foreign files
-        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})"
-    if waveform.shape[0] < MIN_SAMPLES * sample_rate // 16000:
-        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: empty audio ({waveform.shape[0]} samples)"
-    features = log_mel_filterbank(waveform.mean(axis=1), sample_rate)
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None
+    if waveform.shape[0] < MIN_SAMPLES * sample_rate // SAMPLE_RATE:
+        return (utterance.id, f"{utterance.audio}: utterance {utterance.id}: empty audio ({waveform.shape[0]} samples)",
+                None)
+    mono, conversion = to_16k_mono(waveform, sample_rate)
+    features = log_mel_filterbank(mono, SAMPLE_RATE)
     utterance.features.parent.mkdir(parents=True, exist_ok=True)
     partial = utterance.features.with_suffix(".partial.npy")
     np.save(partial, features.astype(np.float32))
     partial.replace(utterance.features)
-    return utterance.id, features.shape[0]
+    return utterance.id, features.shape[0], conversion
 
 
 def _init_worker() -> None:
@@ -130,6 +151,7 @@ def _init_worker() -> None:
 def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str, int | str]:
     """Features of every utterance on ``jobs`` processes, logging progress -> id: frames or problem."""
     results: dict[str, int | str] = {}
+    conversions: dict[str, int] = {}
     start, every = time.time(), max(1, len(utterances) // 20)
     with contextlib.ExitStack() as stack:
         if jobs > 1:
@@ -137,21 +159,31 @@ def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str,
             finished = pool.imap_unordered(extract, utterances, chunksize=8)
         else:
             finished = map(extract, utterances)
-        for done, (utterance_id, result) in enumerate(finished, 1):
+        for done, (utterance_id, result, conversion) in enumerate(finished, 1):
             results[utterance_id] = result
+            if conversion:
+                conversions[conversion] = conversions.get(conversion, 0) + 1
             if done % every == 0 or done == len(utterances):
                 elapsed = time.time() - start
                 logger.info(f"{label}: {done}/{len(utterances)} utterances, {elapsed:.0f}s elapsed, "
                             f"about {elapsed / done * (len(utterances) - done):.0f}s left")
+    for conversion, count in sorted(conversions.items()):
+        logger.info(f"{label}: {count} utterances not 16 kHz mono: {conversion} (to 16 kHz mono)")
     return results
 
 
 def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, int], out: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
-        writer.writerow(MANIFEST_COLUMNS)
-        for u in utterances:
-            writer.writerow([u.id, u.features.relative_to(out).as_posix(), frames[u.id], u.text, u.speaker])
+    """fairseq's manifest, written atomically (a temporary file renamed into place).
+
+    fairseq reads it with ``csv.QUOTE_NONE`` and no quote character: fields are written verbatim, so quotes and
+    any UTF-8 text round-trip (transcripts were read with their whitespace normalised to single spaces).
+    """
+    rows = ["\t".join(MANIFEST_COLUMNS)]
+    for u in utterances:
+        rows.append("\t".join([u.id, u.features.relative_to(out).as_posix(), str(frames[u.id]), u.text, u.speaker]))
+    partial = path.with_suffix(".partial.tsv")
+    partial.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    partial.replace(path)
 
 
 def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:

@@ -93,3 +93,36 @@ def test_missing_subset_is_named(tmp_path, caplog):
     assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(tmp_path / "d"),
                                      "--subsets", "dev-clean"]) == 1
     assert any("dev-clean" in r.getMessage() for r in caplog.records)
+
+
+def test_quotes_and_any_utf8_round_trip_through_fairseqs_manifest_reader(tmp_path):
+    from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
+
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    transcript = corpus / "test-fixture/19/227/19-227.trans.txt"
+    text = 'THE "DOG" SAID \'NO\' — ÇA VA, 狗'
+    transcript.write_text(f"19-227-0000 {text}\n", encoding="utf-8")
+    assert run(corpus, out) == 0
+    rows = SpeechToTextDatasetCreator._load_samples_from_tsv(str(out), "test-fixture")
+    assert {row["id"]: row["tgt_text"] for row in rows}["19-227-0000"] == text.lower()
+    assert not list(out.glob("*.partial.tsv"))
+
+
+def test_other_rates_and_channels_are_resampled_and_downmixed(tmp_path, caplog):
+    import soundfile as sf
+    import torch
+    import torchaudio.functional
+
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    flac = corpus / "test-fixture/26/496/26-496-0000.flac"
+    mono, rate = sf.read(flac, dtype="float32")
+    reference = prepare_librispeech.log_mel_filterbank(mono, rate)
+    stereo = torchaudio.functional.resample(torch.from_numpy(mono), rate, 44100).numpy()
+    sf.write(flac, np.stack([stereo, stereo], axis=1), 44100, subtype="PCM_24")
+    with caplog.at_level("INFO"):
+        assert run(corpus, out) == 0
+    assert "1 utterances not 16 kHz mono: 2 channels downmixed, resampled from 44100 Hz" in caplog.text
+    features = np.load(out / "fbank80/test-fixture/26-496-0000.npy")
+    assert features.shape == reference.shape
+    # the mel axis is LibriSpeech's: the same filterbanks up to resampling error (log energies, nats)
+    assert np.median(np.abs(features - reference)) < 0.1
