@@ -1,6 +1,7 @@
 """The transducer predictor (prediction network): embedding and LSTM layers with LayerNorm and dropout."""
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 State = list[tuple[Tensor, Tensor]]  # per layer (h, c), each 1 x B x hidden
@@ -38,7 +39,15 @@ class Predictor(nn.Module):
         x = self.dropout(self.embedding(tokens))
         new_state = []
         for i, (lstm, norm) in enumerate(zip(self.lstms, self.norms)):
-            x, layer_state = lstm(x, None if state is None else state[i])
+            x, layer_state = self._run_lstm(lstm, x, None if state is None else state[i])
             new_state.append(layer_state)
             x = self.dropout(norm(x))
         return x, new_state
+
+    @staticmethod
+    def _run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor] | None):
+        """One LSTM layer; under CPU autocast in float32 (oneDNN has no bf16 LSTM on many CPUs: it fails)."""
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                return lstm(x.float(), None if state is None else tuple(s.float() for s in state))
+        return lstm(x, state)
