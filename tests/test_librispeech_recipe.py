@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,21 @@ def test_all_blank_decodes_score_with_the_default_bleu(recipe, tmp_path, beam):
     assert len(hypotheses) == sum(map(len, TRANSCRIPTS["test-fixture"].values()))
     assert all(text == "" for _, text in hypotheses)
     assert "BLEU4 = 0.00" in out
+
+
+def test_fairseq_train_names_a_manifest_row_whose_features_are_missing(recipe, tmp_path):
+    work, _, _ = recipe
+    data = tmp_path / "data"
+    shutil.copytree(work / "data", data)
+    rows = (data / "train-fixture.tsv").read_text().splitlines()
+    utterance, features = rows[2].split("\t")[:2]
+    (data / features).unlink()
+    result = subprocess.run([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task",
+                             "speech_transducer", "--train-subset", "train-fixture", "--valid-subset", "test-fixture",
+                             "--arch", "mssm_transducer", *TINY_MODEL.split(), "--criterion", "transducer",
+                             "--optimizer", "adam", "--lr", "1e-3", "--max-update", "1", "--batch-size", "2", "--save-dir",
+                             str(tmp_path / "ckpt"), "--num-workers", "0", "--cpu"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0
+    assert f"train-fixture.tsv:3: utterance '{utterance}': feature file" in result.stderr
+    assert not (tmp_path / "ckpt/checkpoint_last.pt").exists()

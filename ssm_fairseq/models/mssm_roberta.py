@@ -116,7 +116,7 @@ class MaskedLMEncoder(FairseqEncoder):
         super().__init__(dictionary)
         dim = cfg.encoder_embed_dim
         self.padding_idx = dictionary.pad()
-        self.max_positions_ = cfg.max_positions
+        self.max_source_positions = cfg.max_positions
         self.embed_tokens = nn.Embedding(len(dictionary), dim, self.padding_idx)
         self.embed_positions = None
         if cfg.encoder_learned_pos:
@@ -139,9 +139,9 @@ class MaskedLMEncoder(FairseqEncoder):
 
         Padding (``<pad>`` tokens) never reaches a real position: the layers honour the padding mask.
         """
-        if self.max_positions_ and src_tokens.shape[1] > self.max_positions_ and self.embed_positions is not None:
+        if self.embed_positions is not None and src_tokens.shape[1] > self.max_source_positions:
             raise ValueError(f"input of {src_tokens.shape[1]} tokens is longer than --max-positions "
-                             f"{self.max_positions_} of the learned positional embeddings")
+                             f"{self.max_source_positions} of the learned positional embeddings")
         padding_mask = src_tokens.eq(self.padding_idx)
         padding_mask = padding_mask if padding_mask.any() else None
         x = self.embed_tokens(src_tokens)
@@ -159,7 +159,7 @@ class MaskedLMEncoder(FairseqEncoder):
         return x, {"inner_states": inner_states}
 
     def max_positions(self) -> Optional[int]:
-        return self.max_positions_
+        return self.max_source_positions
 
 
 def _large(args) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 # Elements of one chunk of a structured matrix (complex128 at this size is 64 MiB).
@@ -137,11 +138,71 @@ def vandermonde(a: Tensor, log_base: Tensor, L: int, shift: Tensor | None = None
     return out
 
 
+def _real_powers(base: Tensor, L: int) -> tuple[Tensor, Tensor, int]:
+    """``base ** (q m)`` (``... x N x blocks``) and ``base ** r`` (``... x N x m``), ``m ~ sqrt(L)``, such that
+    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``. Returns ``(coarse, fine, m)``."""
+    # 0 ** k: clamp before the log, so that a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32)
+    # gives exp(log(tiny) k) = 0 for k >= 1, not log(0).
+    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-1)
+    negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
+    m = max(1, math.isqrt(L))
+    blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
+
+    def powers(k: Tensor) -> Tensor:  # base ** k for integer-valued k: ... x N x len(k)
+        return (1 - 2 * negative * torch.remainder(k, 2)) * torch.exp(log_abs * k)
+
+    q = torch.arange(blocks, dtype=log_abs.dtype, device=base.device) * m
+    r = torch.arange(m, dtype=log_abs.dtype, device=base.device)
+    return powers(q), powers(r), m
+
+
+def _real_vandermonde_product(a: Tensor, coarse: Tensor, fine: Tensor, L: int) -> Tensor:
+    """``sum_n a[..., n] base[..., n] ** k`` for ``k < L`` from the factors of ``_real_powers``: ``... x L``."""
+    return ((a.unsqueeze(-1) * coarse).transpose(-1, -2) @ fine).flatten(-2)[..., :L]
+
+
+def _real_vandermonde_transposed(g: Tensor, coarse: Tensor, fine: Tensor) -> Tensor:
+    """``sum_k g[..., k] base[..., n] ** k`` from the factors of ``_real_powers``: ``... x L`` -> ``... x N``."""
+    L, (blocks, m) = g.shape[-1], (coarse.shape[-1], fine.shape[-1])
+    g = F.pad(g, (0, blocks * m - L)).unflatten(-1, (blocks, m))  # ... x blocks x m
+    per_block = g @ fine.transpose(-1, -2)  # sum over r: ... x blocks x N
+    return (per_block * coarse.transpose(-1, -2)).sum(-2)
+
+
+class _RealVandermonde(torch.autograd.Function):
+    """Keeps only ``a`` and the two small power factors (``... x N x sqrt(L)``), not the ``... x N x sqrt(L)``
+    products and temporaries autograd would. With ``out_k = sum_n a_n b_n^k``: ``dL/da_n = sum_k g_k b_n^k`` and
+    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``, two transposed Vandermonde products (no division by the base,
+    so a zero base is exact)."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, base: Tensor, L: int) -> Tensor:
+        coarse, fine, _ = _real_powers(base, L)
+        ctx.save_for_backward(a, coarse, fine)
+        ctx.base_shape = base.shape
+        return _real_vandermonde_product(a, coarse, fine, L)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        a, coarse, fine = ctx.saved_tensors
+        grad_a = grad_base = None
+        if ctx.needs_input_grad[0]:
+            grad_a = _real_vandermonde_transposed(grad, coarse, fine).sum_to_size(a.shape)
+        if ctx.needs_input_grad[1]:
+            k = torch.arange(1, grad.shape[-1], dtype=grad.dtype, device=grad.device)
+            shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
+            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine)).sum_to_size(ctx.base_shape)
+        return grad_a, grad_base, None
+
+
 def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     """``out[..., k] = sum_n a[..., n] * base[..., n] ** k`` for real bases with ``|base| <= 1``, ``k < L``.
 
     ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
     parities of the sign, then one real matrix product over ``N``. A zero base gives ``0^0 = 1``, ``0^k = 0``.
+    Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the powers, so
+    memory stays ``O(... x (N + L))`` however long the kernel.
 
     Args:
         a: ``... x N`` real coefficients.
@@ -150,18 +211,4 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     Returns:
         ``... x L`` real.
     """
-    # 0 ** k: clamp before the log, so that a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32)
-    # gives exp(log(tiny) k) = 0 for k >= 1 and a zero gradient, not log(0) and a NaN gradient.
-    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-1)
-    negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
-    m = max(1, math.isqrt(L))
-    blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
-
-    def powers(k: Tensor) -> Tensor:  # base ** k for integer-valued k: ... x N x len(k)
-        sign = 1 - 2 * negative * torch.remainder(k, 2)
-        return sign * torch.exp(log_abs * k)
-
-    q = torch.arange(blocks, dtype=log_abs.dtype, device=base.device) * m
-    r = torch.arange(m, dtype=log_abs.dtype, device=base.device)
-    coarse = (a.unsqueeze(-1) * powers(q)).transpose(-1, -2)  # ... x blocks x N
-    return (coarse @ powers(r)).flatten(-2)[..., :L]
+    return _RealVandermonde.apply(a, base, L)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, open_dict
 
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from .manifest_check import check_manifest
 
 # speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
 # checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
@@ -65,8 +66,11 @@ class SpeechTransducerTask(SpeechToTextTask):
         """As ``speech_to_text``, except what counts as a training split (SpecAugment, shuffling, fairseq's batch
         multiple): the ``--train-subset`` that ``fairseq-train`` loads for training, not any split whose name
         starts with ``train``. ``fairseq-generate --gen-subset train-clean-100`` scores every utterance, unaugmented.
+        Every manifest row is checked first (``manifest_check``): a bad one stops the run naming its line.
         """
         is_train_split = combine and split == getattr(self.args, "train_subset", None)
+        for name in split.split(","):
+            check_manifest(self.args.data, name, self.data_cfg.input_feat_per_channel)
         self.datasets[split] = SpeechToTextDatasetCreator.from_tsv(
             root=self.args.data, cfg=self.data_cfg, splits=split, tgt_dict=self.tgt_dict,
             pre_tokenizer=self.build_tokenizer(self.args), bpe_tokenizer=self.build_bpe(self.args),
