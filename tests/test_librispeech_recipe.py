@@ -194,3 +194,28 @@ def test_fairseq_train_names_a_manifest_row_whose_features_are_missing(recipe, t
     assert result.returncode != 0
     assert f"train-fixture.tsv:3: utterance '{utterance}': feature file" in result.stderr
     assert not (tmp_path / "ckpt/checkpoint_last.pt").exists()
+
+
+def test_every_training_utterance_is_batched_in_every_epoch(recipe, tmp_path):
+    """fairseq batches by --max-tokens with --required-batch-size-multiple 8 by dropping what does not fill a
+    multiple; the task batches every utterance, training split included."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    work, _, _ = recipe
+    data = tmp_path / "data"
+    shutil.copytree(work / "data", data)
+    header, *rows = (data / "train-fixture.tsv").read_text().splitlines()
+    many = [f"copy{i}-{row}" for i in range(17) for row in rows]  # 51 utterances
+    (data / "train-many.tsv").write_text("\n".join([header, *many]) + "\n")
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer", "--train-subset", "train-many",
+        "--arch", "mssm_transducer", "--criterion", "transducer", "--optimizer", "adam", "--lr", "1e-3"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    task.load_dataset("train-many", combine=True)
+    dataset = task.dataset("train-many")
+    frames = int(rows[0].split("\t")[2])
+    iterator = task.get_batch_iterator(dataset, max_tokens=10 * frames, required_batch_size_multiple=8, seed=1)
+    for epoch in (1, 2):
+        seen = [i for batch in iterator.next_epoch_itr(shuffle=True) for i in batch["id"].tolist()]
+        assert sorted(seen) == list(range(len(many))), f"epoch {epoch}"
