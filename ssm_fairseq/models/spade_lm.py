@@ -24,6 +24,7 @@ from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
 from .architecture import set_defaults
+from .task_check import require_text_task
 
 
 @dataclass
@@ -63,6 +64,7 @@ class SpadeLanguageModel(FairseqLanguageModel):
 
     @classmethod
     def build_model(cls, cfg: SpadeLMConfig, task) -> "SpadeLanguageModel":
+        require_text_task("spade_lm", task, "language_modeling")
         dictionary = task.source_dictionary
         if cfg.adaptive_input:
             embed_tokens = AdaptiveInput(

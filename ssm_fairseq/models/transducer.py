@@ -21,6 +21,7 @@ from ..modules.predictor import Predictor
 from ..modules.speech_encoder import SpeechEncoder
 from ..modules.subsampling import SUBSAMPLERS, subsampling_stride
 from .architecture import set_defaults
+from .task_check import require_speech_task
 
 
 @dataclass
@@ -79,6 +80,7 @@ class TransducerModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg: TransducerConfig, task) -> "TransducerModel":
+        require_speech_task("transducer", task)
         dictionary = task.target_dictionary
         layer_cfg = LayerConfig(
             dim=cfg.encoder_embed_dim,

@@ -10,6 +10,7 @@ from contextlib import nullcontext
 
 import torch
 from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
@@ -53,6 +54,11 @@ class SpeechTransducerTask(SpeechToTextTask):
                                  "it moves on to the next frame (no blank is scored for the move)")
 
     def build_model(self, cfg, from_checkpoint: bool = False):
+        arch = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
+        model = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
+        if model != "transducer":
+            raise ValueError(f"--task speech_transducer trains and decodes transducer models (--arch "
+                             f"mssm_transducer, stateformer_transducer, ...); got --arch {arch} (model {model})")
         # speech_to_text's build_model also writes input_channels and speaker_to_id, which the transducer's
         # dataclass config does not have; the transducer needs only the feature width.
         if self.data_cfg.input_channels != 1:

@@ -1,0 +1,43 @@
+"""A model and a task of different families stop with one line naming both (a checkpoint or --arch mix-up)."""
+from __future__ import annotations
+
+import pytest
+from fairseq.data import Dictionary
+from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+from omegaconf import OmegaConf
+
+import spade_cases
+import transducer_cases
+from ssm_fairseq.models.mssm_roberta import MaskedSSMLanguageModel
+from ssm_fairseq.models.spade_lm import SpadeLanguageModel
+from ssm_fairseq.models.transducer import TransducerModel
+from ssm_fairseq.tasks.speech_transducer import SpeechTransducerTask
+from test_mssm_roberta import TINY, build as build_masked_lm
+
+
+def speech_task() -> SpeechTransducerTask:
+    return SpeechTransducerTask.__new__(SpeechTransducerTask)  # no data needed: the check comes first
+
+
+def test_a_transducer_refuses_a_text_task():
+    _, _, cfg, _ = transducer_cases.build("mssm_transducer", *transducer_cases.SMALL)
+    task = LanguageModelingTask(LanguageModelingConfig(), Dictionary())
+    with pytest.raises(ValueError, match="'transducer' is a speech transducer and needs --task speech_transducer; "
+                                         "got --task language_modeling"):
+        TransducerModel.build_model(cfg.model, task)
+
+
+def test_language_models_refuse_the_speech_task():
+    _, cfg, _ = spade_cases.build("spade_lm")
+    with pytest.raises(ValueError, match="'spade_lm' needs --task language_modeling; got --task speech_transducer"):
+        SpadeLanguageModel.build_model(cfg.model, speech_task())
+    masked_cfg = build_masked_lm("mssm_roberta_base", **TINY).args
+    with pytest.raises(ValueError, match="'mssm_roberta' needs --task masked_lm or sentence_prediction; "
+                                         "got --task speech_transducer"):
+        MaskedSSMLanguageModel.build_model(masked_cfg, speech_task())
+
+
+def test_the_speech_task_refuses_another_model_family():
+    cfg = OmegaConf.create({"_name": "spade_lm_wiki103"})
+    with pytest.raises(ValueError, match="got --arch spade_lm_wiki103 .model spade_lm."):
+        speech_task().build_model(cfg)
