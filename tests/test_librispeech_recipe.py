@@ -219,3 +219,16 @@ def test_every_training_utterance_is_batched_in_every_epoch(recipe, tmp_path):
     for epoch in (1, 2):
         seen = [i for batch in iterator.next_epoch_itr(shuffle=True) for i in batch["id"].tolist()]
         assert sorted(seen) == list(range(len(many))), f"epoch {epoch}"
+
+
+def test_modified_search_with_a_blank_penalty_through_fairseq_generate(recipe, tmp_path):
+    work, _, _ = recipe
+    out = run_ok([str(BIN / "fairseq-generate"), str(work / "data"), "--user-dir", "ssm_fairseq", "--task",
+                  "speech_transducer", "--path", str(work / "checkpoints/mssm_transducer/checkpoint_avg2.pt"),
+                  "--gen-subset", "test-fixture", "--beam", "4", "--search", "modified", "--blank-penalty", "0.5",
+                  "--print-alignment", "hard", "--scoring", "wer", "--max-tokens", "10000", "--cpu"])
+    assert len(re.findall(r"^H-\d+\t", out, flags=re.M)) == sum(map(len, TRANSCRIPTS["test-fixture"].values()))
+    for alignment in re.findall(r"^A-\d+\t(.*)$", out, flags=re.M):  # one label per frame at most
+        frames = [int(pair.split("-")[0]) for pair in alignment.split()]
+        assert len(frames) == len(set(frames))
+    assert re.search(r"WER: [0-9.]+", out)

@@ -190,3 +190,21 @@ def test_bad_search_arguments_are_rejected():
         beam_search(model, encoder_out, lengths, beam=2, nbest=3)
     with pytest.raises(ValueError, match="blank"):
         beam_search(model, encoder_out, lengths, beam=2, suppress=[model.blank])
+
+
+@pytest.mark.parametrize("penalty", [0.7, 2.5])
+def test_blank_penalty_is_a_lower_blank_logit(penalty):
+    """Searching with --blank-penalty P equals searching the model whose blank logit is lower by P."""
+    torch.manual_seed(3)
+    model = tiny_model(vocab=5)
+    penalised = tiny_model(vocab=5)
+    penalised.predictor.load_state_dict(model.predictor.state_dict())
+    penalised.joiner.load_state_dict(model.joiner.state_dict())
+    with torch.no_grad():
+        penalised.joiner.output.bias[model.blank] -= penalty
+    encoder_out = torch.randn(2, 6, ENCODER_DIM, dtype=torch.float64)
+    lengths = torch.tensor([6, 4])
+    for search in (lambda m, **kw: greedy_search(m, encoder_out, lengths, 2, **kw),
+                   lambda m, **kw: beam_search(m, encoder_out, lengths, 3, 2, nbest=3, **kw)):
+        assert search(model, blank_penalty=penalty) == search(penalised)
+        assert search(model, blank_penalty=penalty) != search(model)  # it changes the search

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, select_rows, selectable,
-    start_predictor,
+    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
+    selectable, start_predictor,
 )
 
 
@@ -70,7 +70,7 @@ def ranking_score(score: float, length: int, length_norm: float) -> float:
 def beam_search(
     model, encoder_out: Tensor, encoder_lengths: Tensor, beam: int,
     max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, nbest: int = 1, suppress: Sequence[int] = (),
-    length_norm: float = 0.0,
+    length_norm: float = 0.0, blank_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch.
 
@@ -104,7 +104,7 @@ def beam_search(
         for _ in range(max_symbols_per_frame):
             utterances = torch.tensor([b for b, _ in frontier], device=device)
             rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
-            log_probs = model.joiner.step(encoder_proj[utterances, t], bank_proj[rows]).log_softmax(-1)
+            log_probs = joint_log_probs(model, encoder_proj[utterances, t], bank_proj[rows], blank_penalty)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, blank].tolist()):
                 _leave_frame(finished[b], prefix, blank_score)
             frontier, bank_proj, bank_state = _expand(

@@ -7,15 +7,15 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, select_rows, selectable,
-    start_predictor,
+    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
+    selectable, start_predictor,
 )
 
 
 @torch.no_grad()
 def greedy_search(
     model, encoder_out: Tensor, encoder_lengths: Tensor, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
-    suppress: Sequence[int] = (),
+    suppress: Sequence[int] = (), blank_penalty: float = 0.0,
 ) -> list[Hypothesis]:
     """Greedy search over a batch.
 
@@ -31,6 +31,7 @@ def greedy_search(
         encoder_lengths: ``B`` valid frames per utterance.
         max_symbols_per_frame: labels allowed per frame (>= 1).
         suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
+        blank_penalty: subtracted from the blank's logit (``joint_log_probs``); 0 keeps the model's scores.
 
     Returns:
         one ``Hypothesis`` per utterance.
@@ -48,7 +49,7 @@ def greedy_search(
         for _ in range(max_symbols_per_frame):
             if rows.numel() == 0:
                 break
-            log_probs = model.joiner.step(encoder_proj[rows, t], predictor_proj[rows]).log_softmax(-1)
+            log_probs = joint_log_probs(model, encoder_proj[rows, t], predictor_proj[rows], blank_penalty)
             best = selectable(log_probs, suppress).argmax(-1)
             best_score = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
             scores.index_add_(0, rows, best_score.double())

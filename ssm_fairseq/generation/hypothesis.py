@@ -51,6 +51,18 @@ def selectable(log_probs: Tensor, suppress: Sequence[int]) -> Tensor:
     return masked
 
 
+def joint_log_probs(model, encoder_rows: Tensor, predictor_rows: Tensor, blank_penalty: float = 0.0) -> Tensor:
+    """The joiner's ``N x V`` log-probabilities for ``N`` (encoder frame, predictor output) projection pairs.
+
+    ``blank_penalty`` (icefall's) is subtracted from the blank's logit before the softmax: a positive value makes
+    the search emit more labels (fewer deletions), and the scores are then those of the penalised distribution.
+    """
+    logits = model.joiner.step(encoder_rows, predictor_rows)
+    if blank_penalty:
+        logits[:, model.blank] -= blank_penalty
+    return logits.log_softmax(-1)
+
+
 def start_predictor(model, batch_size: int, device: torch.device) -> tuple[Tensor, State]:
     """The predictor after the start symbol (blank) for ``batch_size`` rows: ``N x J`` projection and state."""
     blank = torch.full((batch_size,), model.blank, dtype=torch.long, device=device)

@@ -28,10 +28,13 @@ class TransducerGenerator:
         nbest: hypotheses per utterance (<= beam).
         max_symbols_per_frame: labels allowed within one encoder frame before the search moves on.
         length_norm: beam search ranks its final hypotheses by ``score / (len + 1) ** length_norm``.
+        blank_penalty: subtracted from the blank's logit before the softmax (icefall's ``--blank-penalty``); the
+            scores are then those of the penalised distribution. 0 (the default) keeps the model's.
     """
 
     def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1,
-                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0):
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0,
+                 blank_penalty: float = 0.0):
         if len(models) != 1:
             raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
                              "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
@@ -39,7 +42,7 @@ class TransducerGenerator:
             raise ValueError(f"--nbest {nbest} needs --beam >= {nbest}")
         self.model = models[0]
         self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
-        self.length_norm = length_norm
+        self.length_norm, self.blank_penalty = length_norm, blank_penalty
         self.eos = tgt_dict.eos()
         self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
@@ -53,10 +56,11 @@ class TransducerGenerator:
         encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
         if self.beam == 1:
             results = [[hypothesis] for hypothesis in greedy_search(
-                self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame, self.suppress)]
+                self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame, self.suppress,
+                self.blank_penalty)]
         else:
             results = beam_search(self.model, encoder_out, encoder_lengths, self.beam, self.max_symbols_per_frame,
-                                  self.nbest, self.suppress, self.length_norm)
+                                  self.nbest, self.suppress, self.length_norm, self.blank_penalty)
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
 

@@ -3,7 +3,8 @@
 Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's speech-to-text layer unchanged;
 ``scripts/prepare_librispeech.py`` writes it. This task builds the ``transducer`` models and, for
 ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
-``--max-symbols-per-frame``, and fairseq's ``--lenpen`` / ``--unnormalized`` for beam search's final ranking).
+``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, and fairseq's
+``--lenpen`` / ``--unnormalized`` for beam search's final ranking).
 """
 from argparse import Namespace
 from contextlib import nullcontext
@@ -18,6 +19,8 @@ from omegaconf import DictConfig, open_dict
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .manifest_check import check_manifest
+
+SEARCHES = ("exact", "modified")
 
 # speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
 # checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
@@ -52,6 +55,12 @@ class SpeechTransducerTask(SpeechToTextTask):
         parser.add_argument("--max-symbols-per-frame", type=int, default=MAX_SYMBOLS_PER_FRAME, metavar="N",
                             help="transducer search: labels a hypothesis may emit within one encoder frame before "
                                  "it moves on to the next frame (no blank is scored for the move)")
+        parser.add_argument("--search", choices=SEARCHES, default="exact",
+                            help="exact: frame-synchronous search, up to --max-symbols-per-frame labels per frame; "
+                                 "modified: icefall's modified beam search, one label per frame")
+        parser.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
+                            help="subtract P from the blank's logit during search (more labels, fewer deletions); "
+                                 "scores are then those of the penalised distribution")
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         arch = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
@@ -101,8 +110,10 @@ class SpeechTransducerTask(SpeechToTextTask):
             raise ValueError("transducer search does not take --prefix-size")
         # fairseq's ranking flags: hypotheses compare by score / (len + 1) ** lenpen, or by score (--unnormalized)
         length_norm = 0.0 if getattr(args, "unnormalized", False) else getattr(args, "lenpen", 1.0)
+        limit = 1 if getattr(self.args, "search", "exact") == "modified" else self.args.max_symbols_per_frame
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
-                                   max_symbols_per_frame=self.args.max_symbols_per_frame, length_norm=length_norm)
+                                   max_symbols_per_frame=limit, length_norm=length_norm,
+                                   blank_penalty=getattr(self.args, "blank_penalty", 0.0))
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)

@@ -25,5 +25,6 @@ max_epoch="${MAX_EPOCH:-200}"
 max_tokens="${MAX_TOKENS:-40000}"
 update_freq="${UPDATE_FREQ:-1}"
 average_last="${AVERAGE_LAST:-10}"
+# exact beam search, no --blank-penalty: what measured best on the mini corpus (not measured on LibriSpeech)
 beam="${BEAM:-4}"
 decode_max_tokens="${DECODE_MAX_TOKENS:-100000}"
