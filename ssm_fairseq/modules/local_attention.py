@@ -46,8 +46,10 @@ class LocalAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out_proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
-        """``x``: ``B x L x D``; ``key_padding_mask``: ``B x L``, True at padded positions.
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: dict | None = None,
+                position_bias: nn.Module | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``key_padding_mask``: ``B x L``, True at padded positions; ``position_bias``: maps
+        key-minus-query distances (an integer tensor) to a ``heads x ...`` additive score bias (T5's).
 
         With ``cache`` (a dict owned by the caller, initially ``{}``; causal only, no padding mask) ``x`` holds
         the ``n`` tokens that follow everything fed before; the cache is updated in place.
@@ -59,20 +61,25 @@ class LocalAttention(nn.Module):
         B, n, D = x.shape
         q, k, v = self.qkv(x).view(B, n, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         if cache is None:
-            y = self._attend(q, k, v, None if key_padding_mask is None else ~key_padding_mask)
+            y = self._attend(q, k, v, None if key_padding_mask is None else ~key_padding_mask, position_bias)
         else:
-            y = self._attend_cached(q, k, v, cache)
+            y = self._attend_cached(q, k, v, cache, position_bias)
         return self.out_proj(y.transpose(1, 2).reshape(B, n, D))
 
-    def _rule(self, span: int, device: torch.device) -> Tensor:
-        """``window x span`` bool: may query ``s`` of a block attend slot ``t`` of the block's key span?"""
+    def _distances(self, span: int, device: torch.device) -> Tensor:
+        """``window x span``: query index minus key index, ``i - j``, of query ``s`` of a block and slot ``t`` of
+        its key span (the same in every block)."""
         w = self.window
         s = torch.arange(w, device=device)[:, None]
         t = torch.arange(span, device=device)[None, :]
-        dist = s + (w if self.mode == "window" else 0) - t  # i - j; in chunk mode always |i - j| < w
-        return (dist >= (0 if self.causal else -w)) & (dist <= w)
+        return s + (w if self.mode == "window" else 0) - t  # in chunk mode always |i - j| < w
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor | None) -> Tensor:
+    def _rule(self, dist: Tensor) -> Tensor:
+        """``window x span`` bool from ``_distances``: may the query attend that key?"""
+        return (dist >= (0 if self.causal else -self.window)) & (dist <= self.window)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor | None,
+                position_bias: nn.Module | None = None) -> Tensor:
         """Blocked local attention over aligned ``q``, ``k``, ``v`` (``B x H x L x hd``) -> ``B x H x L x hd``.
 
         Position 0 must lie on a chunk boundary. ``key_ok``: ``B x L``, True at real keys (None: all real).
@@ -91,14 +98,18 @@ class LocalAttention(nn.Module):
         vb = _pad_seq(v, before, extra + ahead).unfold(2, span, w)
         qb = _pad_seq(q, 0, extra).view(B, H, nb, w, hd)
         scores = _scores(qb, kb) * hd**-0.5
-        mask = self._rule(span, q.device) & ok  # B x 1 x nb x w x span
+        dist = self._distances(span, q.device)
+        if position_bias is not None:
+            scores = scores + position_bias(-dist)[None, :, None].to(scores.dtype)  # 1 x H x 1 x w x span
+        mask = self._rule(dist) & ok  # B x 1 x nb x w x span
         # finfo.min rather than -inf: rows without any key (padding) stay finite.
         probs = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
         probs = F.dropout(probs, self.dropout, self.training)
         y = torch.einsum("bhnqk,bhndk->bhnqd", probs, vb)
         return y.reshape(B, H, nb * w, hd)[:, :, :L]
 
-    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: dict) -> Tensor:
+    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: dict,
+                       position_bias: nn.Module | None = None) -> Tensor:
         """Attend ``n`` new tokens (``B x H x n x hd``) over cached + new keys; update ``cache`` in place.
 
         The cached keys start at a chunk boundary (chunk mode), so prepending them and left-padding the
@@ -108,7 +119,7 @@ class LocalAttention(nn.Module):
         if m:
             k = torch.cat([cache["k"], k], 2)
             v = torch.cat([cache["v"], v], 2)
-        y = self._attend(_pad_seq(q, m, 0), k, v, None)[:, :, m:]
+        y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
         pos = cache.get("pos", 0) + q.shape[2]
         keep = min(self.window, k.shape[2]) if self.mode == "window" else pos % self.window
         start = k.shape[2] - keep
