@@ -11,7 +11,6 @@ from typing import Optional
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import (
-    FairseqIncrementalDecoder,
     FairseqLanguageModel,
     register_model,
     register_model_architecture,
@@ -24,6 +23,7 @@ from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
 from .architecture import set_defaults
+from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
 
@@ -78,7 +78,7 @@ class SpadeLanguageModel(FairseqLanguageModel):
         return cls(SpadeDecoder(cfg, task.target_dictionary, embed_tokens))
 
 
-class SpadeDecoder(FairseqIncrementalDecoder):
+class SpadeDecoder(LayerCacheDecoder):
     """Tokens ``B x L`` -> logits ``B x L x V`` (or adaptive-softmax features), with incremental decoding."""
 
     def __init__(self, cfg: SpadeLMConfig, dictionary, embed_tokens: nn.Module):
@@ -122,14 +122,7 @@ class SpadeDecoder(FairseqIncrementalDecoder):
     def extract_features(self, tokens: Tensor, incremental_state=None) -> Tensor:
         """``B x L`` tokens -> ``B x L x D``. Incrementally, ``tokens`` is the whole prefix so far (fairseq's
         convention) and only the positions not seen before are computed."""
-        caches = None
-        if incremental_state is not None:
-            state = self.get_incremental_state(incremental_state, "spade")
-            if state is None:
-                state = {"seen": 0, "layers": [{} for _ in self.layers]}
-                self.set_incremental_state(incremental_state, "spade", state)
-            tokens, caches = tokens[:, state["seen"]:], state["layers"]
-            state["seen"] += tokens.shape[1]
+        tokens, caches = self.unseen(tokens, incremental_state)
         padding_mask = tokens.eq(self.padding_idx)
         padding_mask = padding_mask if caches is None and padding_mask.any() else None
         x = self.dropout(self.embed_scale * self.embed_tokens(tokens))
@@ -142,12 +135,6 @@ class SpadeDecoder(FairseqIncrementalDecoder):
 
     def max_positions(self) -> int:
         return self.max_target_positions
-
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        state = self.get_incremental_state(incremental_state, "spade")
-        if state is not None:
-            for layer, cache in zip(self.layers, state["layers"]):
-                layer.reorder_cache(cache, new_order)
 
 
 @register_model_architecture("spade_lm", "spade_lm_wiki103")

@@ -14,7 +14,6 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
-    FairseqIncrementalDecoder,
     register_model,
     register_model_architecture,
 )
@@ -25,6 +24,7 @@ from ..modules.feed_forward import ACTIVATIONS
 from ..modules.relative_position import RelativePositionBias
 from ..modules.spade_layer import SpadeLayer
 from .architecture import set_defaults
+from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
 
@@ -126,7 +126,7 @@ class SpadeEncoder(FairseqEncoder):
         return self.max_source_positions
 
 
-class SpadeSeq2SeqDecoder(FairseqIncrementalDecoder):
+class SpadeSeq2SeqDecoder(LayerCacheDecoder):
     """``prev_output_tokens`` ``B x T`` and the encoder output -> logits ``B x T x V``, with incremental decoding."""
 
     def __init__(self, cfg: SpadeTransformerConfig, dictionary, embed_tokens: nn.Embedding):
@@ -148,14 +148,7 @@ class SpadeSeq2SeqDecoder(FairseqIncrementalDecoder):
     def extract_features(self, tokens: Tensor, encoder_out: dict, incremental_state=None) -> Tensor:
         """Incrementally ``tokens`` is the whole prefix so far (fairseq's convention); only the positions not
         seen before are computed."""
-        caches = None
-        if incremental_state is not None:
-            state = self.get_incremental_state(incremental_state, "spade")
-            if state is None:
-                state = {"seen": 0, "layers": [{} for _ in self.layers]}
-                self.set_incremental_state(incremental_state, "spade", state)
-            tokens, caches = tokens[:, state["seen"]:], state["layers"]
-            state["seen"] += tokens.shape[1]
+        tokens, caches = self.unseen(tokens, incremental_state)
         padding_mask = tokens.eq(self.padding_idx)
         padding_mask = padding_mask if caches is None and padding_mask.any() else None
         memory = encoder_out["encoder_out"][0].transpose(0, 1)
@@ -167,12 +160,6 @@ class SpadeSeq2SeqDecoder(FairseqIncrementalDecoder):
 
     def max_positions(self) -> int:
         return self.max_target_positions
-
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        state = self.get_incremental_state(incremental_state, "spade")
-        if state is not None:
-            for layer, cache in zip(self.layers, state["layers"]):
-                layer.reorder_cache(cache, new_order)
 
 
 @register_model_architecture("spade_transformer", "spade_t5_base")
