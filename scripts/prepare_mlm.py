@@ -37,10 +37,11 @@ def read_lines(path: Path) -> list[str]:
 
 
 def sentencepiece_encoder(train_text: Path, out: Path, vocab_size: int) -> Callable[[str], str]:
-    """Train a unigram model on ``train_text`` (``out/spm.model``) and return text -> space-separated pieces."""
+    """Train a unigram model of at most ``vocab_size`` pieces (fewer if the text has fewer) on ``train_text``
+    (``out/spm.model``) and return text -> space-separated pieces."""
     spm.SentencePieceTrainer.train(
         input=str(train_text), model_prefix=str(out / "spm"), vocab_size=vocab_size, model_type="unigram",
-        character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2,
+        character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2, hard_vocab_limit=False,
     )
     model = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
     return lambda text: " ".join(model.encode(text, out_type=str))

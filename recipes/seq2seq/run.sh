@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The SPADE encoder-decoder (SPADE paper section 5.1): denoising pre-training, then sequence-to-sequence
+# fine-tuning, for spade_transformer and its local-only twin, stage by stage.
+#
+#   recipes/seq2seq/run.sh [--stage N] [--stop-stage N] [--conf FILE]
+#
+# Stages: 0 the generated sample (GENERATE_SAMPLE=1: stories for pre-training and the long-range copy task),
+# 1 SentencePiece trained on the pre-training text and the training pairs, every file encoded
+# (scripts/prepare_seq2seq.py), 2 fairseq-preprocess (one joined dictionary with <mask>, shared by both tasks),
+# 3 fairseq-train --task denoising (BART-style span masking) for each of ARCHS, 4 fairseq-train --task translation
+# from the pre-trained checkpoint, 5 fairseq-generate --beam BEAM on the test split (sacreBLEU on detokenised
+# text, and the share of exactly right outputs), 6 a markdown table. Training resumes from checkpoint_last.pt.
+#
+# RAW_DIR holds pretrain.train.txt and pretrain.valid.txt (paragraphs, an empty line between documents) and
+# {train,valid,test}.{src,tgt} (one example per line). --conf: conf/sample.sh (generated, CPU, the default) or
+# conf/t5_base.sh (spade_t5_base, Table 8). Environment: WORK_DIR (default exp/seq2seq_<conf>), PRETRAIN_ARGS /
+# FINETUNE_ARGS / GENERATE_ARGS (extra flags), PYTHON_BIN, and any conf variable in upper case.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+stage=0
+stop_stage=6
+conf="$repo/recipes/seq2seq/conf/sample.sh"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) stage="$2"; shift 2 ;;
+    --stop-stage) stop_stage="$2"; shift 2 ;;
+    --conf) conf="$2"; shift 2 ;;
+    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --conf)" >&2; exit 2 ;;
+  esac
+done
+[[ -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+work_dir="${WORK_DIR:-exp/seq2seq_$(basename "$conf" .sh)}"
+# shellcheck source=conf/sample.sh
+source "$conf"
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh"
+bpe="$work_dir/bpe"
+data_bin="$work_dir/data-bin"
+
+if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
+  if [[ "$generate_sample" == 1 ]]; then
+    log "stage 0: generating stories and the copy task (distance $copy_distance) into $raw_dir"
+    run python "$repo/scripts/make_long_documents.py" "$raw_dir/stories" --train 8 --valid 1 --test 1 --words 1500 \
+      --labelled 0
+    cp "$raw_dir/stories/train.txt" "$raw_dir/pretrain.train.txt"
+    cp "$raw_dir/stories/valid.txt" "$raw_dir/pretrain.valid.txt"
+    run python "$repo/scripts/make_copy_task.py" "$raw_dir" --train "$copy_examples" --distance "$copy_distance"
+  else
+    log "stage 0: using the corpus in $raw_dir (GENERATE_SAMPLE=0)"
+  fi
+fi
+
+if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
+  log "stage 1: SentencePiece ($vocab_size) and encoding -> $bpe"
+  run python "$repo/scripts/prepare_seq2seq.py" --vocab-size "$vocab_size" --out "$bpe" \
+    --train-text "$raw_dir/pretrain.train.txt" "$raw_dir/train.src" "$raw_dir/train.tgt" \
+    --encode "$raw_dir"/pretrain.{train,valid}.txt "$raw_dir"/{train,valid,test}.{src,tgt}
+fi
+
+if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
+  log "stage 2: fairseq-preprocess -> $data_bin (one dictionary, <mask> appended as the denoising task adds it)"
+  rm -rf "$data_bin" "$work_dir/dict"
+  run fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --trainpref "$bpe/train" \
+    --destdir "$work_dir/dict" --dict-only --workers "$(nproc)"
+  cp "$work_dir/dict/dict.src.txt" "$work_dir/dict.txt"
+  echo "<mask> 1" > "$work_dir/dict.mask.txt"
+  cat "$work_dir/dict.txt" "$work_dir/dict.mask.txt" > "$work_dir/dict.with-mask.txt"
+  run fairseq-preprocess --source-lang src --target-lang tgt --srcdict "$work_dir/dict.with-mask.txt" \
+    --tgtdict "$work_dir/dict.with-mask.txt" --trainpref "$bpe/train" --validpref "$bpe/valid" \
+    --testpref "$bpe/test" --destdir "$data_bin/pairs" --workers "$(nproc)"
+  run fairseq-preprocess --only-source --srcdict "$work_dir/dict.txt" --trainpref "$bpe/pretrain.train.txt" \
+    --validpref "$bpe/pretrain.valid.txt" --destdir "$data_bin/pretrain" --workers "$(nproc)"
+fi
+
+if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+  for arch in $archs; do
+    log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
+    # shellcheck disable=SC2086
+    run fairseq-train "$data_bin/pretrain" --user-dir "$repo/ssm_fairseq" --task denoising --arch "$arch" $model_args \
+      --share-all-embeddings --mask 0.3 --mask-length span-poisson --poisson-lambda 3.5 --replace-length 1 \
+      --rotate 0 --permute-sentences 0 --insert 0 --tokens-per-sample "$tokens_per_sample" \
+      --criterion cross_entropy --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 \
+      --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$((pretrain_updates / 10 + 1))" \
+      --total-num-update "$pretrain_updates" --max-update "$pretrain_updates" --max-tokens "$max_tokens" \
+      --required-batch-size-multiple 1 --save-dir "$work_dir/checkpoints/$arch/pretrain" --seed 1 \
+      --log-format simple --log-interval 10 ${PRETRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/pretrain_$arch.log"
+  done
+fi
+
+if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
+  for arch in $archs; do
+    log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
+    # shellcheck disable=SC2086
+    run fairseq-train "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation --arch "$arch" $model_args \
+      --share-all-embeddings --restore-file "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
+      --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
+      --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
+      --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt --warmup-updates "$((finetune_updates / 10 + 1))" \
+      --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \
+      --skip-invalid-size-inputs-valid-test \
+      --save-dir "$work_dir/checkpoints/$arch/finetune" --no-epoch-checkpoints --seed 1 \
+      --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
+  done
+fi
+
+if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
+  for arch in $archs; do
+    log "stage 5: fairseq-generate --beam $beam with $arch on the test split"
+    # shellcheck disable=SC2086
+    run fairseq-generate "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation \
+      --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
+      --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 \
+      --post-process sentencepiece --scoring sacrebleu ${GENERATE_ARGS:-} > "$work_dir/generate_$arch.txt"
+  done
+fi
+
+if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
+  log "stage 6: results on the test split"
+  echo
+  echo "| model | test examples | exactly right (%) | sacreBLEU |"
+  echo "|---|---|---|---|"
+  for arch in $archs; do
+    f="$work_dir/generate_$arch.txt"
+    [[ -f "$f" ]] || { echo "missing $f: run stage 5 first" >&2; exit 1; }
+    run python - "$f" "$arch" <<'PY'
+import re, sys
+path, arch = sys.argv[1:]
+text = open(path, encoding="utf-8").read()
+targets = dict(re.findall(r"^T-(\d+)\t(.*)$", text, flags=re.M))
+hypotheses = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", text, flags=re.M))
+bleu = re.search(r"BLEU = ([0-9.]+)", text)
+if not targets or targets.keys() != hypotheses.keys() or not bleu:
+    sys.exit(f"{path}: {len(targets)} targets, {len(hypotheses)} hypotheses, BLEU {'found' if bleu else 'missing'}: "
+             "nothing to score")
+right = sum(hypotheses[i].strip() == t.strip() for i, t in targets.items())
+print(f"| {arch} | {len(targets)} | {100 * right / len(targets):.1f} | {bleu.group(1)} |")
+PY
+  done
+fi
