@@ -37,9 +37,8 @@ def kernel_prefixes(state: dict, layer: int, stage: int) -> dict[str, str]:
 
 def layers_with_kernels(state: dict) -> list[int]:
     """Indices ``N`` of the ``layers.N`` that hold MSSM kernels."""
-    return sorted({int(m.group(1)) for key in state
-                   if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?(?:forward|backward)_ssm\.kernels\.\d+\.z_lambda$",
-                                      key))})
+    pattern = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?(?:forward|backward)_ssm\.kernels\.\d+\.z_lambda$")
+    return sorted({int(m.group(1)) for key in state if (m := pattern.search(key))})
 
 
 def rebuild_kernel(state: dict, prefix: str) -> MSSMKernel:

@@ -14,10 +14,10 @@ Output in ``--out``:
   unless ``--no-specaugment``.
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
-kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes with progress logs; utterances whose ``.npy`` is already there
-are skipped, so an interrupted run resumes. Every problem (missing or unreadable audio, empty audio or
-transcript, audio without a transcript line) is reported by file and utterance; the run then fails, unless
-``--skip-bad`` is given, in which case the bad utterances are left out and listed in ``SUBSET.rejected.tsv``.
+kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
+with progress logs; utterances whose ``.npy`` is already there are skipped, so an interrupted run resumes.
+Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line) is
+reported by file and utterance; the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left out and listed in ``SUBSET.rejected.tsv``.
 """
 from __future__ import annotations
 

@@ -87,7 +87,8 @@ class SpadeTransformerModel(FairseqEncoderDecoderModel):
         encoder_embed = _embedding(source, cfg.embed_dim)
         if cfg.share_all_embeddings:
             if source != target:
-                raise ValueError("--share-all-embeddings needs a joined dictionary (fairseq-preprocess --joined-dictionary)")
+                raise ValueError("--share-all-embeddings needs a joined dictionary "
+                                 "(fairseq-preprocess --joined-dictionary)")
             decoder_embed = encoder_embed
         else:
             decoder_embed = _embedding(target, cfg.embed_dim)

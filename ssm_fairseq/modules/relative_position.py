@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 
 
-def relative_position_bucket(relative: Tensor, bidirectional: bool, buckets: int = 32, max_distance: int = 128) -> Tensor:
+def relative_position_bucket(relative: Tensor, bidirectional: bool, buckets: int = 32,
+                             max_distance: int = 128) -> Tensor:
     """Bucket index (``0 .. buckets-1``) of each key-minus-query distance in ``relative`` (integer tensor).
 
     Bidirectional: keys after the query use the upper half of the buckets. Causal: keys after the query (never

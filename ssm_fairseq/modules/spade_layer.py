@@ -67,7 +67,9 @@ class SpadeLayer(nn.Module):
             if causal:
                 self.ssm = CausalSSM(dim, ssm, ssm_state_size, l_max, frozen_ssm, ssm_heads)
             elif ssm in BIDIRECTIONAL_SSMS:
-                frozen = dict(trainable_A=not frozen_ssm, trainable_B=not frozen_ssm, l_max=l_max) if ssm == "s4" else {}
+                frozen = {}
+                if ssm == "s4":
+                    frozen = dict(trainable_A=not frozen_ssm, trainable_B=not frozen_ssm, l_max=l_max)
                 self.ssm = BidirectionalSSM(dim, heads=ssm_heads if ssm == "mssm" else 1, stack=1, gating="gelu",
                                             state_size=ssm_state_size, kernel=ssm, **frozen)
             else:

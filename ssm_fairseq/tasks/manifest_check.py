@@ -35,7 +35,8 @@ def check_manifest(root: Path, split: str, feature_dim: int) -> int:
                                 quoting=csv.QUOTE_NONE)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{manifest}:1: header lacks column(s) {', '.join(missing)} (expected {' '.join(COLUMNS)})")
+            raise ValueError(f"{manifest}:1: header lacks column(s) {', '.join(missing)} "
+                             f"(expected {' '.join(COLUMNS)})")
         count = 0
         for line, row in enumerate(reader, start=2):
             count += 1
