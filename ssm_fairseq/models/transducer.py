@@ -23,11 +23,14 @@ from ..modules.subsampling import SUBSAMPLERS, subsampling_stride
 from .architecture import set_defaults
 from .task_check import require_speech_task
 
+# the paper's encoder layers; ``local`` (sliding window, the masked LM's baseline) has no positions to offer speech
+ENCODER_TYPES = tuple(t for t in LAYER_TYPES if t != "local")
+
 
 @dataclass
 class TransducerConfig(FairseqDataclass):
     # encoder (defaults: mssm_transducer)
-    encoder_type: ChoiceEnum(LAYER_TYPES) = field(default="mssm", metadata={"help": "encoder layer type"})
+    encoder_type: ChoiceEnum(ENCODER_TYPES) = field(default="mssm", metadata={"help": "encoder layer type"})
     encoder_layers: int = field(default=16, metadata={"help": "number of encoder layers"})
     encoder_embed_dim: int = field(default=512, metadata={"help": "encoder width D"})
     encoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "encoder FFN hidden width"})
