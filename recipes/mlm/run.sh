@@ -110,9 +110,7 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   echo "| model | parameters | valid ppl | test ppl |"
   echo "|---|---|---|---|"
   for arch in $archs; do
-    params="$({ grep -so 'num. shared model params: [0-9,]*' "$work_dir/train_$arch.log" || true; } | tail -1 |
-      awk '{print $NF}')"
-    row="| $arch | ${params:-?} |"
+    row=""
     for split in valid test; do
       f="$work_dir/validate_${arch}_$split.log"
       [[ -f "$f" ]] || { echo "missing $f: run stage 4 first" >&2; exit 1; }
@@ -120,7 +118,10 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
       [[ -n "$ppl" ]] || { echo "no perplexity in $f: nothing was scored" >&2; exit 1; }
       row="$row $ppl |"
     done
-    echo "$row"
+    params="$({ grep -so 'num. shared model params: [0-9,]*' "$work_dir/train_$arch.log" || true; } | tail -1 |
+      awk '{print $NF}')"
+    [[ -n "$params" ]] || { echo "no parameter count in $work_dir/train_$arch.log: run stage 3 first" >&2; exit 1; }
+    echo "| $arch | $params |$row"
   done
 fi
 
