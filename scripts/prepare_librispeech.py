@@ -5,7 +5,8 @@ Input: ``ROOT/SUBSET/SPK/CHAPTER/SPK-CHAPTER-UTT.flac`` and one ``SPK-CHAPTER.tr
 Output in ``--out``:
 
 - ``fbank80/SUBSET/UTT.npy``: 80-dim log-Mel filterbanks, 25 ms window, 10 ms shift (``T x 80`` float32),
-  computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does;
+  computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does
+  (``ssm_fairseq.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares);
 - ``SUBSET.tsv``: fairseq's manifest (``id audio n_frames tgt_text speaker``), transcripts lower-cased;
   with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
 - ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
@@ -17,7 +18,8 @@ Audio at another sample rate is resampled to 16 kHz and several channels are ave
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
 with progress logs; utterances whose ``.npy`` is already there are skipped, so an interrupted run resumes.
 Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line) is
-reported by file and utterance; the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left out and listed in ``SUBSET.rejected.tsv``.
+reported by file and utterance; the run then fails, unless ``--skip-bad`` is given, in which case the bad
+utterances are left out and listed in ``SUBSET.rejected.tsv``.
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
-import soundfile as sf
 import torch
 import yaml
+
+from ssm_fairseq.audio_features import AudioError, filterbank_features
 
 logger = logging.getLogger("prepare_librispeech")
 
@@ -43,8 +46,6 @@ LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", 
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
-SAMPLE_RATE = 16000  # features are computed at 16 kHz, mono: other audio is resampled and downmixed
-MIN_SAMPLES = 400  # one 25 ms window at 16 kHz
 
 
 @dataclass
@@ -94,33 +95,6 @@ def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], li
     return utterances, problems
 
 
-def log_mel_filterbank(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
-    """``samples`` float waveform in [-1, 1] -> ``T x 80`` log-Mel filterbanks (25 ms / 10 ms)."""
-    from torchaudio.compliance import kaldi
-
-    scaled = torch.from_numpy(waveform).float().mul(32768).unsqueeze(0)
-    return kaldi.fbank(scaled, num_mel_bins=80, frame_length=25.0, frame_shift=10.0,
-                       sample_frequency=sample_rate).numpy()
-
-
-def to_16k_mono(waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, str | None]:
-    """``samples x channels`` at any rate -> (mono 16 kHz samples, what was converted or None).
-
-    Several channels are averaged; another rate is resampled (torchaudio's windowed-sinc resampler), so the
-    filterbank's mel axis is the same as for LibriSpeech whatever the input.
-    """
-    conversions = []
-    mono = waveform.mean(axis=1)
-    if waveform.shape[1] > 1:
-        conversions.append(f"{waveform.shape[1]} channels downmixed")
-    if sample_rate != SAMPLE_RATE:
-        import torchaudio.functional
-
-        mono = torchaudio.functional.resample(torch.from_numpy(mono), sample_rate, SAMPLE_RATE).numpy()
-        conversions.append(f"resampled from {sample_rate} Hz")
-    return mono, ", ".join(conversions) or None
-
-
 def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
     """Compute and store one utterance's features -> ``(id, frames, conversion)``, or ``(id, problem, None)``."""
     if utterance.features.is_file():
@@ -129,17 +103,12 @@ def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
         except (ValueError, OSError):
             pass  # a file cut short by an interrupted run: compute it again
     try:
-        waveform, sample_rate = sf.read(utterance.audio, dtype="float32", always_2d=True)
-    except Exception as error:  # soundfile raises several types for corrupt or foreign files
-        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None
-    if waveform.shape[0] < MIN_SAMPLES * sample_rate // SAMPLE_RATE:
-        return (utterance.id, f"{utterance.audio}: utterance {utterance.id}: empty audio ({waveform.shape[0]} samples)",
-                None)
-    mono, conversion = to_16k_mono(waveform, sample_rate)
-    features = log_mel_filterbank(mono, SAMPLE_RATE)
+        features, conversion = filterbank_features(utterance.audio)
+    except AudioError as error:
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: {error.problem}", None
     utterance.features.parent.mkdir(parents=True, exist_ok=True)
     partial = utterance.features.with_suffix(".partial.npy")
-    np.save(partial, features.astype(np.float32))
+    np.save(partial, features)
     partial.replace(utterance.features)
     return utterance.id, features.shape[0], conversion
 

@@ -113,10 +113,12 @@ def test_other_rates_and_channels_are_resampled_and_downmixed(tmp_path, caplog):
     import torch
     import torchaudio.functional
 
+    from ssm_fairseq.audio_features import log_mel_filterbank
+
     corpus, out = write_fixture(tmp_path), tmp_path / "data"
     flac = corpus / "test-fixture/26/496/26-496-0000.flac"
     mono, rate = sf.read(flac, dtype="float32")
-    reference = prepare_librispeech.log_mel_filterbank(mono, rate)
+    reference = log_mel_filterbank(mono, rate)
     stereo = torchaudio.functional.resample(torch.from_numpy(mono), rate, 44100).numpy()
     sf.write(flac, np.stack([stereo, stereo], axis=1), 44100, subtype="PCM_24")
     with caplog.at_level("INFO"):

@@ -1,0 +1,279 @@
+"""Audio files -> text with a trained transducer checkpoint, decoded as ``fairseq-generate`` decodes.
+
+    python -m ssm_fairseq.transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt \\
+        a.flac b.wav ...
+
+prints ``PATH<TAB>transcript`` for every file, in the order given. From Python::
+
+    from ssm_fairseq.transcribe import Transcriber, transcribe
+    texts = transcribe(["a.flac", "b.wav"], checkpoint="checkpoint_avg10.pt")  # loads the model, then decodes
+    transcriber = Transcriber("checkpoint_avg10.pt", beam=4)  # load once, call many times
+    texts = transcriber.transcribe(["a.flac"])
+
+The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
+directory and ``config.yaml``, which give the dictionary of SentencePiece units and the feature transforms;
+``data_dir`` / ``--data-dir`` replaces that directory when the checkpoint has moved machines. Features are those
+of training: ``ssm_fairseq.audio_features`` (any rate and channel count in, 16 kHz mono 80-dim filterbanks, the
+code ``scripts/prepare_librispeech.py`` runs), then the config's transforms for evaluation splits (utterance
+CMVN, ...) through fairseq's own ``CompositeAudioFeatureTransform``. Files are sorted by length and padded into
+batches of at most ``max_tokens`` frames (and ``batch_size`` files) as ``fairseq-generate`` batches a manifest,
+and decoded by the task's ``TransducerGenerator``; the units become words as ``fairseq-generate --post-process
+sentencepiece`` joins them (the recipe's WER). So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints
+for its features with the same search options and batches. Every file is checked before decoding:
+missing, unreadable, empty or too long ones are all named in one error, and none is skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from fairseq import checkpoint_utils, tasks
+from fairseq.data import data_utils
+from fairseq.data.audio.data_cfg import S2TDataConfig
+from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
+from torch.nn.utils.rnn import pad_sequence
+
+from .audio_features import NUM_MEL_BINS, AudioError, audio_frames, filterbank_features
+from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from .tasks.speech_transducer import SEARCHES
+
+logger = logging.getLogger("ssm_fairseq.transcribe")
+
+DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
+EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
+
+
+class InputError(ValueError):
+    """Audio files that cannot be transcribed, one line each naming the file."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def load_checkpoint(checkpoint: Path | str, data_dir: Path | str | None = None, **task_overrides) -> dict:
+    """A ``speech_transducer`` checkpoint's state (on CPU), its task config pointing at a data directory that
+    holds ``config.yaml`` and the dictionary of SentencePiece units it names (the units' strings are all that
+    decoding needs: the SentencePiece model itself is not read).
+
+    ``data_dir`` replaces the checkpoint's ``data``; ``task_overrides`` set other task options (the search's).
+    Raises ``FileNotFoundError`` naming the first missing file, ``ValueError`` for a checkpoint of another task.
+    """
+    if not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint not found: {checkpoint}")
+    overrides = dict(task_overrides, **({"data": str(data_dir)} if data_dir is not None else {}))
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
+    task_cfg = state["cfg"].task
+    task_name = getattr(task_cfg, "_name", None)
+    if task_name != "speech_transducer":
+        raise ValueError(f"{checkpoint}: a checkpoint of --task {task_name}; transcription needs a "
+                         f"--task speech_transducer checkpoint")
+    root = Path(task_cfg.data)
+    where = ("(--data-dir)" if data_dir is not None else
+             "(the checkpoint's data directory; pass --data-dir if the data has moved)")
+    config = root / task_cfg.config_yaml
+    if not config.is_file():
+        raise FileNotFoundError(f"{config}: config not found {where}")
+    data_cfg = S2TDataConfig(config)
+    dictionary = root / data_cfg.vocab_filename
+    if not dictionary.is_file():
+        raise FileNotFoundError(f"{dictionary}: the dictionary {config} names, not found {where}")
+    if data_cfg.bpe_tokenizer.get("bpe") != "sentencepiece":
+        raise ValueError(f"{config}: transcription turns SentencePiece units into words; this config's "
+                         f"bpe_tokenizer is {data_cfg.bpe_tokenizer}")
+    model_input = ("waveforms (use_audio_input)" if data_cfg.use_audio_input
+                   else f"{data_cfg.input_feat_per_channel}-dim features (input_feat_per_channel)")
+    if data_cfg.use_audio_input or data_cfg.input_feat_per_channel != NUM_MEL_BINS:
+        raise ValueError(f"{config}: the model reads {model_input}; transcription computes the "
+                         f"{NUM_MEL_BINS}-dim filterbanks of scripts/prepare_librispeech.py")
+    return state
+
+
+class Transcriber:
+    """A transducer checkpoint loaded once (model, dictionary, feature transforms, search).
+
+    Args:
+        checkpoint: a ``fairseq-train --task speech_transducer`` checkpoint (``checkpoint_avgN.pt`` too).
+        data_dir: the data directory to read ``config.yaml`` and the dictionary from
+            (default: the checkpoint's).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (default: cuda if available, else cpu).
+        beam: 1 for greedy search, more for beam search (default 4, as the recipe decodes).
+        search: ``"exact"`` (frame-synchronous, up to ``max_symbols_per_frame`` labels per frame) or
+            ``"modified"`` (one label per frame).
+        max_symbols_per_frame, blank_penalty, lenpen: as ``fairseq-generate``'s ``--max-symbols-per-frame``,
+            ``--blank-penalty`` and ``--lenpen``.
+        max_tokens: most feature frames (10 ms each) in a padded batch; default 12000, as ``fairseq-generate``,
+            unless ``batch_size`` alone is given.
+        batch_size: most files in a batch.
+    """
+
+    def __init__(self, checkpoint: Path | str, data_dir: Path | str | None = None,
+                 device: str | torch.device | None = None, beam: int = 4, search: str = "exact",
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, lenpen: float = 1.0, blank_penalty: float = 0.0,
+                 max_tokens: int | None = None, batch_size: int | None = None):
+        for name, value in [("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame),
+                            ("max_tokens", max_tokens), ("batch_size", batch_size)]:
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if search not in SEARCHES:
+            raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+        self.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None and batch_size is None else max_tokens
+        self.batch_size = batch_size
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device} asked for, but CUDA is not available here (--cpu decodes on CPU)")
+        state = load_checkpoint(checkpoint, data_dir, search=search, max_symbols_per_frame=max_symbols_per_frame,
+                                blank_penalty=blank_penalty)
+        cfg = state["cfg"]
+        self.task = tasks.setup_task(cfg.task)
+        self.model = self.task.build_model(cfg.model, from_checkpoint=True)
+        self.model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+        self.model.to(self.device)
+        self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
+        self.generator = self.task.build_generator([self.model], Namespace(beam=beam, nbest=1, lenpen=lenpen))
+        self.dictionary = self.task.target_dictionary
+        self.tokenizer = self.task.build_tokenizer(self.task.args)
+        self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
+            self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
+        self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
+        searching = "greedy search" if beam == 1 else f"beam {beam}, {search} search"
+        logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
+                    f"parameters, on {self.device}; {searching}")
+
+    def features(self, path: Path | str) -> torch.Tensor:
+        """``T x 80`` features of one audio file as the model saw them in training: filterbanks, then the
+        config's transforms for evaluation splits. Raises ``AudioError`` naming the file (NaN or inf samples too)."""
+        fbank, _ = filterbank_features(path)
+        if self.feature_transforms is not None:
+            fbank = self.feature_transforms(fbank)
+        if not np.isfinite(fbank).all():
+            raise AudioError(path, "features are not finite (NaN or inf in the audio)")
+        return torch.from_numpy(fbank).float()
+
+    def transcribe(self, paths: Sequence[Path | str]) -> list[str]:
+        """The transcript (words) of each audio file, in the order of ``paths``.
+
+        Raises ``InputError`` naming every file that is missing, unreadable, empty or longer than the model's
+        ``max_source_positions`` (or than ``max_tokens``) before anything is decoded.
+        """
+        if isinstance(paths, (str, Path)):
+            raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
+        if not paths:
+            return []
+        frames = np.array(self._frames(paths), dtype=np.int64)
+        order = np.lexsort((np.arange(len(paths)), -frames))  # longest first, as fairseq orders a manifest
+        batches = data_utils.batch_by_size(order, num_tokens_fn=frames.__getitem__, max_tokens=self.max_tokens,
+                                           max_sentences=self.batch_size)
+        texts: list[str | None] = [None] * len(paths)
+        done, every = 0, max(1, len(batches) // 10)
+        for n, batch in enumerate(batches, 1):
+            for index, text in zip(batch, self._decode(batch, [self.features(paths[i]) for i in batch])):
+                texts[index] = text
+            done += len(batch)
+            if n % every == 0 or n == len(batches):
+                logger.info(f"{done}/{len(paths)} files transcribed ({n}/{len(batches)} batches)")
+        return texts
+
+    def _frames(self, paths: Sequence[Path | str]) -> list[int]:
+        """Feature frames of every file (from its header), or ``InputError`` listing every bad file."""
+        frames, problems = [], []
+        limits = [(self.max_frames, "the model's max_source_positions")]
+        if self.max_tokens is not None:
+            limits.append((self.max_tokens, "max_tokens (--max-tokens)"))
+        limit, limit_name = min(limits)
+        for path in paths:
+            try:
+                frames.append(audio_frames(path))
+            except AudioError as error:
+                problems.append(str(error))
+                continue
+            if frames[-1] > limit:
+                problems.append(f"{path}: {frames[-1]} feature frames ({frames[-1] / 100:.1f} s), more than "
+                                f"{limit_name} ({limit})")
+        if problems:
+            raise InputError(problems)
+        return frames
+
+    def _decode(self, ids: Sequence[int], features: list[torch.Tensor]) -> list[str]:
+        """The features of files ``ids`` -> their transcripts, decoded as one padded batch (zeros after each end,
+        longest first, as fairseq's collater pads a batch)."""
+        lengths, order = torch.tensor([f.shape[0] for f in features]).sort(descending=True)
+        sample = {"id": torch.tensor(ids)[order], "net_input": {
+            "src_tokens": pad_sequence([features[i] for i in order], batch_first=True).to(self.device),
+            "src_lengths": lengths.to(self.device)}}
+        hypotheses = self.task.inference_step(self.generator, [self.model], sample)
+        texts = [""] * len(features)
+        for i, best in zip(order.tolist(), hypotheses):
+            texts[i] = self._text(best[0]["tokens"])
+        return texts
+
+    def _text(self, tokens: torch.Tensor) -> str:
+        """Label ids -> words, as ``fairseq-generate --post-process sentencepiece`` makes its ``D-`` line (then the
+        config's pre-tokenizer's decoding, if it has one)."""
+        text = self.dictionary.string(tokens.int().cpu(), "sentencepiece",
+                                      extra_symbols_to_ignore=self.generator.symbols_to_strip_from_output)
+        return text if self.tokenizer is None else self.tokenizer.decode(text)
+
+
+def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, **options) -> list[str]:
+    """The transcript of each audio file in ``paths``, in order: ``Transcriber(checkpoint, **options)`` (see its
+    arguments), then ``transcribe(paths)``. Load a ``Transcriber`` once to transcribe several lists."""
+    return Transcriber(checkpoint, **options).transcribe(paths)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ssm_fairseq.transcribe",
+                                     description="Transcribe audio files with a speech_transducer checkpoint: "
+                                                 "prints PATH<TAB>transcript per file, in input order.")
+    parser.add_argument("audio", nargs="+", help="audio files (any format soundfile reads, any rate and channels)")
+    parser.add_argument("--checkpoint", required=True, help="fairseq-train --task speech_transducer checkpoint")
+    parser.add_argument("--data-dir", default=None,
+                        help="data directory with config.yaml and the dictionary "
+                             "(default: the one the checkpoint was trained on)")
+    parser.add_argument("--beam", type=int, default=4, help="1: greedy search; N: beam search (default 4)")
+    parser.add_argument("--search", choices=SEARCHES, default="exact",
+                        help="exact: frame-synchronous search; modified: one label per frame")
+    parser.add_argument("--max-symbols-per-frame", type=int, default=MAX_SYMBOLS_PER_FRAME, metavar="N",
+                        help=f"labels a hypothesis may emit within one encoder frame (default {MAX_SYMBOLS_PER_FRAME})")
+    parser.add_argument("--lenpen", type=float, default=1.0,
+                        help="beam search ranks final hypotheses by score / (labels + 1) ** lenpen (default 1)")
+    parser.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
+                        help="subtract P from the blank's logit during search (default 0)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
+                             "--batch-size is given)")
+    parser.add_argument("--batch-size", type=int, default=None, help="most files in a batch")
+    parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
+    try:
+        transcriber = Transcriber(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None,
+                                  beam=args.beam, search=args.search, max_symbols_per_frame=args.max_symbols_per_frame,
+                                  lenpen=args.lenpen, blank_penalty=args.blank_penalty, max_tokens=args.max_tokens,
+                                  batch_size=args.batch_size)
+        start = time.perf_counter()
+        texts = transcriber.transcribe(args.audio)
+    except InputError as error:
+        for problem in error.problems:
+            logger.error(problem)
+        logger.error(f"{len(error.problems)} of {len(args.audio)} audio files cannot be transcribed (listed above)")
+        return 1
+    except (FileNotFoundError, ValueError) as error:  # a missing data file, a foreign checkpoint, bad audio
+        logger.error(str(error))
+        return 1
+    for path, text in zip(args.audio, texts):
+        print(f"{path}\t{text}")
+    logger.info(f"transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

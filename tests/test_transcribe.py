@@ -1,0 +1,176 @@
+"""python -m ssm_fairseq.transcribe and transcribe(): fairseq-generate's hypotheses, from the audio files alone.
+
+A tiny model is trained for two epochs on 12 utterances of the shipped mini corpus (prepare_librispeech.py,
+fairseq-train, average_checkpoints.py, as the recipe runs them) and its averaged checkpoint decodes 5 others.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from fairseq import checkpoint_utils
+from omegaconf import OmegaConf
+
+from ssm_fairseq.audio_features import audio_frames
+from ssm_fairseq.transcribe import InputError, Transcriber, transcribe
+
+from cli import BIN, REPO, run_ok
+from test_librispeech_recipe import TINY_MODEL
+
+MINI = REPO / "recipes/librispeech/mini/LibriSpeech"
+# Searches through padded batches (max_tokens 500: 3 then 2 of the 131-216-frame test files; or 2, 2, 1 files).
+# A blank penalty far above the logits' spread makes every frame emit labels, so no hypothesis compared is empty.
+SETTINGS = {
+    "exact": {"beam": 3, "search": "exact", "max_symbols_per_frame": 2, "lenpen": 0.5, "blank_penalty": 20.0,
+              "max_tokens": 500},
+    "modified": {"beam": 2, "search": "modified", "blank_penalty": 20.0, "batch_size": 2},
+}
+SEARCH = SETTINGS["exact"]
+SINGLE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")  # tiny models decode fastest on one thread
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / f"scripts/{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _copy_utterances(subset: str, chapters: int, per_chapter: int, corpus: Path) -> None:
+    """The first ``per_chapter`` utterances of the first ``chapters`` chapters of a mini corpus subset."""
+    for source in sorted((MINI / subset).glob("*/*"))[:chapters]:
+        target = corpus / subset / source.relative_to(MINI / subset)
+        target.mkdir(parents=True)
+        (transcript,) = source.glob("*.trans.txt")
+        lines = transcript.read_text().splitlines()[:per_chapter]
+        (target / transcript.name).write_text("".join(line + "\n" for line in lines))
+        for line in lines:
+            shutil.copy(source / f"{line.split()[0]}.flac", target)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
+    """(data directory, averaged checkpoint, the test-mini files in manifest order)."""
+    root = tmp_path_factory.mktemp("transcribe")
+    corpus, data, checkpoints = root / "LibriSpeech", root / "data", root / "checkpoints"
+    _copy_utterances("train-mini", 2, 6, corpus)
+    _copy_utterances("test-mini", 1, 5, corpus)
+    assert _script("prepare_librispeech").main([
+        "--librispeech-root", str(corpus), "--out", str(data), "--subsets", "train-mini,test-mini",
+        "--vocab-size", "40", "--no-specaugment", "--jobs", "1"]) == 0
+    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--train-subset", "train-mini", "--arch", "mssm_transducer", *TINY_MODEL.split(), "--criterion",
+            "transducer", "--optimizer", "adam", "--lr", "3e-3", "--max-epoch", "2", "--batch-size", "4",
+            "--disable-validation", "--save-dir", str(checkpoints), "--num-workers", "0", "--seed", "1", "--cpu"],
+           env=SINGLE_THREAD)
+    assert _script("average_checkpoints").main(["--checkpoint-dir", str(checkpoints), "--last", "2", "--output",
+                                                str(checkpoints / "checkpoint_avg2.pt")]) == 0
+    rows = (data / "test-mini.tsv").read_text().splitlines()[1:]
+    files = [next(corpus.glob(f"test-mini/*/*/{row.split()[0]}.flac")) for row in rows]
+    return data, checkpoints / "checkpoint_avg2.pt", files
+
+
+def _cli_options(search: dict) -> list[str]:
+    return [item for name, value in search.items() for item in (f"--{name.replace('_', '-')}", str(value))]
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_function_and_cli_print_fairseq_generates_hypotheses(trained, tmp_path, name):
+    data, checkpoint, files = trained
+    search = SETTINGS[name]
+    run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--path", str(checkpoint), "--gen-subset", "test-mini", "--post-process", "sentencepiece",
+            *_cli_options(search), "--results-path", str(tmp_path), "--cpu"], env=SINGLE_THREAD)
+    decoded = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", (tmp_path / "generate-test-mini.txt").read_text(), flags=re.M))
+    expected = [decoded[str(i)] for i in range(len(files))]  # sample ids are manifest rows
+    assert all(text.strip() and "\u2581" not in text for text in expected), expected  # words, not pieces; none empty
+    assert transcribe(files, checkpoint, device="cpu", **search) == expected
+    if name == "exact":  # the command line, given the files in reverse order: one line per file, in the order given
+        out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint),
+                              *_cli_options(search), "--cpu", *map(str, files[::-1])],
+                             capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.splitlines() == [f"{path}\t{text}" for path, text in zip(files[::-1], expected[::-1])]
+
+
+def test_44khz_stereo_gives_the_features_and_transcript_of_16khz_mono(trained, tmp_path):
+    """A 16 kHz file resampled to 44.1 kHz, in two channels (the second at half level), is downmixed and resampled
+    back to 16 kHz: its features differ from the original's by the two resamplers' error only (mostly in the top
+    mel bins, at their roll-off below 8 kHz; the downmix's level change is a constant that utterance CMVN removes).
+    Measured on 20 mini corpus files: median 0.004-0.008, 99th percentile 0.02-0.15 (CMVN units), and the same
+    transcript for every one. Asserted: the same frames, median < 0.02 and 99th percentile < 0.3 (two different
+    utterances: median 0.3-0.45), and the same transcript."""
+    import torchaudio.functional
+
+    _, checkpoint, files = trained
+    mono, rate = sf.read(files[1], dtype="float32")
+    resampled = torchaudio.functional.resample(torch.from_numpy(mono), rate, 44100).numpy()
+    stereo = tmp_path / "stereo44k.flac"
+    sf.write(stereo, np.stack([resampled, 0.5 * resampled], axis=1), 44100, subtype="PCM_24")
+    transcriber = Transcriber(checkpoint, device="cpu", **SEARCH)
+    original, converted, other = (transcriber.features(path) for path in (files[1], stereo, files[0]))
+    assert converted.shape == original.shape
+    assert audio_frames(files[1]) == len(original) and abs(audio_frames(stereo) - len(converted)) <= 1  # headers
+    difference = (converted - original).abs()
+    assert difference.median() < 0.02 and difference.quantile(0.99) < 0.3, difference
+    assert (other - original[:len(other)]).abs().median() > 0.2  # another utterance: 0.3-0.45 on the mini corpus
+    texts = transcriber.transcribe([files[1], stereo])
+    assert texts[0] == texts[1] and texts[0].strip()
+
+
+def test_every_bad_file_is_named_and_nothing_is_decoded(trained, tmp_path):
+    _, checkpoint, files = trained
+    missing, unreadable, empty = tmp_path / "missing.flac", tmp_path / "unreadable.flac", tmp_path / "empty.wav"
+    unreadable.write_bytes(b"not audio at all")
+    sf.write(empty, np.zeros(200, dtype=np.float32), 16000)  # shorter than one 25 ms window
+    transcriber = Transcriber(checkpoint, device="cpu", beam=1)
+    with pytest.raises(InputError) as error:
+        transcriber.transcribe([files[0], missing, unreadable, empty])
+    problems = error.value.problems  # all three, in input order; the good file is not named
+    assert len(problems) == 3 and problems[0] == f"{missing}: audio file not found"
+    assert problems[1].startswith(f"{unreadable}: unreadable audio (")
+    assert problems[2] == f"{empty}: empty audio (200 samples at 16000 Hz)"
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--cpu",
+                          str(files[0]), str(missing)], capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 1 and out.stdout == ""
+    assert f"{missing}: audio file not found" in out.stderr and "1 of 2 audio files cannot be transcribed" in out.stderr
+
+
+def test_a_moved_data_directory_is_named_and_data_dir_finds_it(trained, tmp_path):
+    data, checkpoint, files = trained
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)  # as fairseq stores it
+    state["cfg"]["task"].data = str(tmp_path / "elsewhere")  # trained on another machine
+    moved = tmp_path / "moved.pt"
+    torch.save(state, moved)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path}/elsewhere/config.yaml: config not found "
+                                                          "(the checkpoint's data directory; pass --data-dir")):
+        Transcriber(moved, device="cpu")
+    (tmp_path / "partial").mkdir()  # config.yaml without the dictionary it names
+    shutil.copy(data / "config.yaml", tmp_path / "partial")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path}/partial/spm_unigram40.txt: the dictionary ")):
+        Transcriber(moved, data_dir=tmp_path / "partial", device="cpu")
+    assert transcribe(files[:2], moved, data_dir=data, device="cpu", **SEARCH) == \
+        transcribe(files[:2], checkpoint, device="cpu", **SEARCH)
+    state["cfg"]["task"]._name = "speech_to_text"
+    torch.save(state, moved)
+    with pytest.raises(ValueError, match="a checkpoint of --task speech_to_text; transcription needs a --task "
+                                         "speech_transducer checkpoint"):
+        Transcriber(moved, data_dir=data, device="cpu")
