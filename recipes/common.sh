@@ -1,6 +1,46 @@
-# Shared by the recipes' run.sh (sourced after "repo" is set): where the fairseq commands are, and logging.
-# PYTHON_BIN: directory of python and the fairseq-* commands; default .venv/bin of the repository if present.
+# Shared by the recipes' run.sh (sourced after "repo" is set): where the fairseq commands are, how training is
+# launched, and logging.
+# PYTHON_BIN: directory of python and the fairseq-* commands (and torchrun); default .venv/bin of the repository
+# if present, else the PATH.
+# NPROC (default 1): training processes per node, one per GPU. NNODES (default 1), and with NNODES > 1 also
+# NODE_RANK (this node, 0 .. NNODES-1), MASTER_ADDR (node 0's address) and MASTER_PORT (default 29500): multi-node
+# training. With NPROC * NNODES > 1 the training stages launch fairseq-train under torchrun (fairseq's own
+# distributed data parallel training; the batch of one update is NPROC * NNODES * --update-freq batches).
 bin="${PYTHON_BIN:-}"
 if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
 run() { "${bin:+$bin/}$@"; }
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
+
+nproc_per_node="${NPROC:-1}"
+num_nodes="${NNODES:-1}"
+[[ "$nproc_per_node" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "NPROC must be a positive integer, got '$nproc_per_node'" >&2; exit 2; }
+[[ "$num_nodes" =~ ^[1-9][0-9]*$ ]] || { echo "NNODES must be a positive integer, got '$num_nodes'" >&2; exit 2; }
+if [[ "$num_nodes" -gt 1 ]]; then
+  [[ "${NODE_RANK:-}" =~ ^[0-9]+$ && "${NODE_RANK}" -lt "$num_nodes" ]] ||
+    { echo "NNODES=$num_nodes needs NODE_RANK (0 to $((num_nodes - 1))), got '${NODE_RANK:-}'" >&2; exit 2; }
+  [[ -n "${MASTER_ADDR:-}" ]] || { echo "NNODES=$num_nodes needs MASTER_ADDR (the address of node 0)" >&2; exit 2; }
+fi
+
+# fairseq_train ARGS...: fairseq-train ARGS in this process, or with NPROC * NNODES > 1 one fairseq-train per
+# process under torchrun. fairseq 0.12 reads torchrun's environment only when its world size (default: the GPUs
+# visible) is above 1, else every process trains alone (exit 0, the same checkpoints written by all), and then
+# takes the GPU from RANK % GPU count, which divides by zero on CPU. So the world size and env:// are given here;
+# rank -1 lets torch read RANK, and fairseq takes the device from LOCAL_RANK. Without MASTER_ADDR / MASTER_PORT
+# a single node rendezvouses on a free local port (torchrun --standalone). On CPU add to TRAIN_ARGS:
+# --cpu --distributed-backend gloo --ddp-backend legacy_ddp (fairseq's pytorch_ddp wrapper needs a GPU).
+fairseq_train() {
+  local world=$((nproc_per_node * num_nodes))
+  if [[ "$world" -eq 1 ]]; then
+    run fairseq-train "$@"
+    return
+  fi
+  local launch=(--nproc_per_node "$nproc_per_node" --nnodes "$num_nodes")
+  [[ -n "${NODE_RANK:-}" ]] && launch+=(--node_rank "$NODE_RANK")
+  [[ -n "${MASTER_ADDR:-}" ]] && launch+=(--master_addr "$MASTER_ADDR")
+  [[ -n "${MASTER_PORT:-}" ]] && launch+=(--master_port "$MASTER_PORT")
+  [[ "$num_nodes" -eq 1 && -z "${MASTER_ADDR:-}${MASTER_PORT:-}" ]] && launch+=(--standalone)
+  log "torchrun: $nproc_per_node processes on this node, $world in all"
+  run torchrun "${launch[@]}" --no-python "${bin:+$bin/}fairseq-train" "$@" --distributed-world-size "$world" \
+    --distributed-init-method env:// --distributed-no-spawn --distributed-rank -1
+}

@@ -12,6 +12,9 @@
 # `make demo` runs). Environment: WORK_DIR (default exp/librispeech or exp/librispeech_mini), TRAIN_ARGS and
 # DECODE_ARGS (extra fairseq-train / fairseq-generate arguments), PYTHON_BIN (directory of python and the
 # fairseq-* commands; default .venv/bin if present), and any variable of the conf file in upper case.
+# NPROC (default 1): stage 2 trains with NPROC processes (one per GPU) under torchrun, each update then takes
+# NPROC x UPDATE_FREQ batches; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh).
+# On CPU: TRAIN_ARGS="--cpu --distributed-backend gloo --ddp-backend legacy_ddp".
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -70,7 +73,7 @@ fi
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-train --arch $arch -> $save_dir (resumes from checkpoint_last.pt if present)"
   # shellcheck disable=SC2086
-  run fairseq-train "$data_dir" --user-dir "$repo/ssm_fairseq" --task speech_transducer \
+  fairseq_train "$data_dir" --user-dir "$repo/ssm_fairseq" --task speech_transducer \
     --train-subset "$train_subset" --valid-subset "$valid_sets" --arch "$arch" $model_args \
     --criterion transducer $criterion_args --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 5 --lr "$lr" \
     --lr-scheduler warmup_hold_exp_decay --warmup-updates "$warmup_updates" \

@@ -15,7 +15,10 @@
 # generated sample and small models, minutes on a CPU). Environment: WORK_DIR (default exp/mlm or
 # exp/mlm_sample), TRAIN_ARGS / FINETUNE_ARGS / VALID_ARGS (extra arguments of fairseq-train / fairseq-train for
 # fine-tuning / fairseq-validate), PYTHON_BIN (directory of python and the fairseq-* commands; default .venv/bin
-# if present), and any variable of the conf file in upper case.
+# if present), and any variable of the conf file in upper case. NPROC (default 1): stages 3 and 6 train with NPROC
+# processes (one per GPU) under torchrun, each update then takes NPROC x UPDATE_FREQ batches; NNODES, NODE_RANK,
+# MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh). On CPU add
+# --cpu --distributed-backend gloo --ddp-backend legacy_ddp to TRAIN_ARGS and FINETUNE_ARGS.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -77,7 +80,7 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: fairseq-train --task masked_lm --arch $arch -> $work_dir/checkpoints/$arch (resumes if present)"
     # shellcheck disable=SC2086
-    run fairseq-train "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm --criterion masked_lm \
+    fairseq_train "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm --criterion masked_lm \
       --arch "$arch" $model_args --save-dir "$work_dir/checkpoints/$arch" \
       --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc \
       --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
@@ -135,7 +138,7 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
     for arch in $archs; do
       log "stage 6: fine-tuning $arch with --task sentence_prediction ($classes classes)"
       # shellcheck disable=SC2086
-      run fairseq-train "$data_bin/labelled" --user-dir "$repo/ssm_fairseq" --task sentence_prediction \
+      fairseq_train "$data_bin/labelled" --user-dir "$repo/ssm_fairseq" --task sentence_prediction \
         --criterion sentence_prediction --arch "$arch" $model_args --num-classes "$classes" \
         --restore-file "$work_dir/checkpoints/$arch/checkpoint_best.pt" --reset-optimizer --reset-dataloader \
         --reset-meters --reset-lr-scheduler --save-dir "$work_dir/checkpoints/${arch}_finetuned" \

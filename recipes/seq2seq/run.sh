@@ -14,7 +14,10 @@
 # RAW_DIR holds pretrain.train.txt and pretrain.valid.txt (paragraphs, an empty line between documents) and
 # {train,valid,test}.{src,tgt} (one example per line). --conf: conf/sample.sh (generated, CPU, the default) or
 # conf/t5_base.sh (spade_t5_base, Table 8). Environment: WORK_DIR (default exp/seq2seq_<conf>), PRETRAIN_ARGS /
-# FINETUNE_ARGS / GENERATE_ARGS (extra flags), PYTHON_BIN, and any conf variable in upper case.
+# FINETUNE_ARGS / GENERATE_ARGS (extra flags), PYTHON_BIN, and any conf variable in upper case. NPROC (default
+# 1): stages 3 and 4 train with NPROC processes (one per GPU) under torchrun, each update then takes NPROC batches;
+# NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh). On CPU add
+# --cpu --distributed-backend gloo --ddp-backend legacy_ddp to PRETRAIN_ARGS and FINETUNE_ARGS.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -77,7 +80,7 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
     # shellcheck disable=SC2086
-    run fairseq-train "$data_bin/pretrain" --user-dir "$repo/ssm_fairseq" --task denoising --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pretrain" --user-dir "$repo/ssm_fairseq" --task denoising --arch "$arch" $model_args \
       --share-all-embeddings --mask 0.3 --mask-length span-poisson --poisson-lambda 3.5 --replace-length 1 \
       --rotate 0 --permute-sentences 0 --insert 0 --tokens-per-sample "$tokens_per_sample" \
       --criterion cross_entropy --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 \
@@ -92,7 +95,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for arch in $archs; do
     log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
     # shellcheck disable=SC2086
-    run fairseq-train "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation --arch "$arch" $model_args \
       --share-all-embeddings --restore-file "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
       --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \

@@ -10,6 +10,9 @@
 # Environment: DATA_DIR (raw wiki.*.tokens; default data/wikitext-103), WORK_DIR (default exp/wikitext103),
 # TRAIN_ARGS (extra fairseq-train arguments, e.g. --max-update 1000), EVAL_ARGS, TOKENS_PER_SAMPLE (3072),
 # CONTEXT_WINDOW (400), PYTHON_BIN (directory of the fairseq-* commands; default: .venv/bin if present).
+# NPROC (default 1): stage 2 trains with NPROC processes (one per GPU) under torchrun, each update then takes
+# NPROC x 3 (--update-freq) batches of TOKENS_PER_SAMPLE tokens; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for
+# several nodes (recipes/common.sh). On CPU add --cpu --distributed-backend gloo to TRAIN_ARGS.
 set -euo pipefail
 
 stage=0
@@ -66,7 +69,7 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   [[ "$arch" == *_wiki103 ]] && criterion=adaptive_loss
   # Baevski & Auli (2019) as published with fairseq; SPADE appendix C.3 keeps these settings.
   # shellcheck disable=SC2086
-  run fairseq-train "$data_bin" --user-dir "$repo/ssm_fairseq" --task language_modeling --arch "$arch" \
+  fairseq_train "$data_bin" --user-dir "$repo/ssm_fairseq" --task language_modeling --arch "$arch" \
     --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none \
     --max-tokens "$tokens_per_sample" --update-freq 3 --max-update 286000 \
     --optimizer nag --lr 1.0 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 \
