@@ -1,13 +1,17 @@
 """A model and a task of different families stop with one line naming both (a checkpoint or --arch mix-up)."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
+from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 from omegaconf import OmegaConf
 
 import spade_cases
 import transducer_cases
+from cli import BIN, REPO
 from ssm_fairseq.models.mssm_roberta import MaskedSSMLanguageModel
 from ssm_fairseq.models.spade_lm import SpadeLanguageModel
 from ssm_fairseq.models.transducer import TransducerModel
@@ -41,3 +45,31 @@ def test_the_speech_task_refuses_another_model_family():
     cfg = OmegaConf.create({"_name": "spade_lm_wiki103"})
     with pytest.raises(ValueError, match="got --arch spade_lm_wiki103 .model spade_lm."):
         speech_task().build_model(cfg)
+
+
+@pytest.mark.parametrize("arch, found", [
+    ("transformer_lm", "got --arch transformer_lm (model transformer_lm)"),  # fairseq's config conversion failed
+    ("transformer", "got an --arch that defines --max-source-positions, an option of the task (a model of another "
+                    "family?)"),  # argparse failed on the clash
+])
+def test_fairseq_train_refuses_another_family_s_arch_in_one_line(tmp_path, arch, found):
+    """Before any data is read: the model's config or options clash with the speech task's inside fairseq."""
+    result = subprocess.run([str(BIN / "fairseq-train"), str(tmp_path), "--user-dir", "ssm_fairseq", "--task",
+                             "speech_transducer", "--arch", arch, "--criterion", "transducer"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "fairseq-train: error: --task speech_transducer trains and decodes transducer models (--arch "
+        f"mssm_transducer, stateformer_transducer, ...); {found}")
+    assert "Traceback" not in result.stderr and "usage:" not in result.stderr
+
+
+def test_the_speech_task_parses_a_transducer_arch_and_leaves_unknown_names_to_argparse(capsys):
+    def parse(arch: str):
+        return options.parse_args_and_arch(options.get_training_parser(), [
+            "data", "--task", "speech_transducer", "--arch", arch, "--criterion", "transducer"])
+
+    assert parse("stateformer_transducer").arch == "stateformer_transducer"
+    with pytest.raises(SystemExit):
+        parse("no_such_arch")
+    assert "argument --arch/-a: invalid choice: 'no_such_arch'" in capsys.readouterr().err

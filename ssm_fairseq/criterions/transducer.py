@@ -6,8 +6,10 @@ combines ``simple_scale * simple + pruned_scale * pruned`` with icefall's warm-u
 ``--prune-warmup-updates`` updates the simple loss's scale falls linearly from 1 to ``--simple-loss-scale`` and the
 pruned loss's rises from 0.1 to 1.
 
-Utterances that cannot be scored (encoder output shorter than one frame, non-finite loss) are counted in
-``dropped``, logged by sample id and left out of the step; they never turn into a NaN update.
+Utterances that cannot be scored (features with NaN or inf, encoder output shorter than one frame, non-finite
+loss) are counted in ``dropped``, logged by sample id and left out of the step; they never turn into a NaN update.
+Non-finite features are found before the forward pass and zeroed: a NaN input would poison the weight gradients
+even with its loss excluded (``0 * NaN``).
 """
 
 import logging
@@ -24,6 +26,7 @@ from torch import Tensor
 
 from ..modules.pruned_rnnt_loss import SimpleJoiner, pruned_transducer_loss
 from ..modules.rnnt_loss import transducer_loss
+from ..tasks.feature_check import non_finite_utterances
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +91,15 @@ class TransducerCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce: bool = True):
         net_input = sample["net_input"]
+        features, feature_lengths = net_input["src_tokens"], net_input["src_lengths"]
+        unreadable = non_finite_utterances(features, feature_lengths)
+        if unreadable.any():  # zeroed so that the forward and backward stay finite; scored by no loss below
+            features = features.masked_fill(unreadable[:, None, None], 0.0)
         targets, target_lengths = strip_eos(sample["target"], sample["target_lengths"], self.eos)
-        encoder, predictor_out = model(net_input["src_tokens"], net_input["src_lengths"], targets, target_lengths)
+        encoder, predictor_out = model(features, feature_lengths, targets, target_lengths)
+        # the losses drop an utterance with no encoder frame (and the auxiliary CTC scores only the kept ones)
         encoder_lengths = encoder["encoder_lengths"]
+        encoder_lengths = encoder_lengths.masked_fill(unreadable.to(encoder_lengths.device), 0)
         simple = None
         if self.simple_joiner is None:
             losses, kept = transducer_loss(
@@ -108,7 +117,7 @@ class TransducerCriterion(FairseqCriterion):
             simple_scale, pruned_scale = self.loss_scales()
             loss = simple_scale * simple + pruned_scale * rnnt
             loss = loss + 0.0 * self.simple_joiner.encoder_proj.bias.sum()  # connected when all are dropped
-        self._report_dropped(sample["id"], kept, encoder_lengths)
+        self._report_dropped(sample["id"], kept, encoder_lengths, unreadable)
         # keep the graph connected (zero gradient) when every utterance of the batch was dropped
         loss = loss + 0.0 * model.joiner.output.bias.sum()
         aux = self._aux_ctc(model, encoder, targets, target_lengths, kept)
@@ -130,9 +139,12 @@ class TransducerCriterion(FairseqCriterion):
         return loss, sample_size, logging_output
 
     @staticmethod
-    def _report_dropped(ids: Tensor, kept: Tensor, encoder_lengths: Tensor) -> None:
+    def _report_dropped(ids: Tensor, kept: Tensor, encoder_lengths: Tensor, unreadable: Tensor) -> None:
         for i in (~kept).nonzero().flatten().tolist():
-            reason = "encoder output has no frames" if encoder_lengths[i] < 1 else "loss is not finite"
+            if unreadable[i]:
+                reason = "features are not finite (NaN or inf)"
+            else:
+                reason = "encoder output has no frames" if encoder_lengths[i] < 1 else "loss is not finite"
             logger.warning("dropped utterance id=%d from this step: %s", int(ids[i]), reason)
 
     def _aux_ctc(self, model, encoder: dict, targets: Tensor, target_lengths: Tensor, kept: Tensor) -> Tensor | None:

@@ -4,27 +4,29 @@ Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's
 ``scripts/prepare_librispeech.py`` writes it. This task builds the ``transducer`` models and, for
 ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
 ``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, and fairseq's
-``--lenpen`` / ``--unnormalized`` for beam search's final ranking).
+``--lenpen`` / ``--unnormalized`` for beam search's final ranking). Decoding stops, naming the utterance, at
+features with NaN or inf (training drops them: see the ``transducer`` criterion); ``--arch`` must be a transducer.
 """
-from argparse import Namespace
+import argparse
 from contextlib import nullcontext
 
 import torch
 from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
 
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ..models.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
+from .feature_check import non_finite_utterances
 from .manifest_check import check_manifest
 
 SEARCHES = ("exact", "modified")
 
 # speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
 # checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
-torch.serialization.add_safe_globals([Namespace])
+torch.serialization.add_safe_globals([argparse.Namespace])
 
 
 class PiecesOrTextDecoder:
@@ -51,6 +53,15 @@ class PiecesOrTextDecoder:
 class SpeechTransducerTask(SpeechToTextTask):
     @classmethod
     def add_args(cls, parser):
+        """The task's options; ``--arch`` of another model family stops the parser in one line (``task_check``)."""
+        try:
+            cls._add_task_args(parser)
+        except argparse.ArgumentError as error:  # fairseq has just added the model's options: a foreign model's
+            parser.exit(2, f"{parser.prog}: error: {speech_task_option_clash(error)}\n")
+        check_arch_when_parsed(parser, speech_task_arch_error)
+
+    @classmethod
+    def _add_task_args(cls, parser):
         super().add_args(parser)
         parser.add_argument("--max-symbols-per-frame", type=int, default=MAX_SYMBOLS_PER_FRAME, metavar="N",
                             help="transducer search: labels a hypothesis may emit within one encoder frame before "
@@ -63,11 +74,9 @@ class SpeechTransducerTask(SpeechToTextTask):
                                  "scores are then those of the penalised distribution")
 
     def build_model(self, cfg, from_checkpoint: bool = False):
-        arch = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
-        model = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
-        if model != "transducer":
-            raise ValueError(f"--task speech_transducer trains and decodes transducer models (--arch "
-                             f"mssm_transducer, stateformer_transducer, ...); got --arch {arch} (model {model})")
+        error = speech_task_arch_error(getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
+        if error is not None:
+            raise ValueError(error)
         # speech_to_text's build_model also writes input_channels and speaker_to_id, which the transducer's
         # dataclass config does not have; the transducer needs only the feature width.
         if self.data_cfg.input_channels != 1:
@@ -104,6 +113,25 @@ class SpeechTransducerTask(SpeechToTextTask):
         # sorted corpus always the same ones); in validation and decoding they would also be left out of the loss
         # and the WER. Every utterance is batched: the multiple is 1 here, whatever the flag says.
         return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """Decode a batch, or stop naming its utterances whose features hold NaN or inf (their hypotheses would be
+        garbage inside the WER)."""
+        net_input = sample["net_input"]
+        unreadable = non_finite_utterances(net_input["src_tokens"], net_input["src_lengths"])
+        if unreadable.any():
+            names = "; ".join(self.utterance_name(int(i)) for i in sample["id"][unreadable].tolist())
+            raise ValueError(f"{names}: features are not finite (NaN or inf); decoding stops rather than score "
+                             f"garbage (re-extract the features or remove the utterance from the manifest)")
+        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def utterance_name(self, sample_id: int) -> str:
+        """``sample_id`` of the split being decoded (``--gen-subset``) by its manifest and manifest id."""
+        split = getattr(self.args, "gen_subset", None)
+        ids = getattr(self.datasets.get(split), "ids", None)  # one manifest's dataset; a concatenation has none
+        if ids is None:
+            return f"sample id {sample_id}" + (f" of split {split}" if split else "")
+        return f"{self.args.data}/{split}.tsv: utterance {ids[sample_id]!r} (sample id {sample_id})"
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None):
         if getattr(args, "prefix_size", 0) > 0:
