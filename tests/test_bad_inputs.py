@@ -86,7 +86,8 @@ def corrupted(tmp_path_factory) -> tuple[Path, str, Path]:
         np.save(path, features)
     out = run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
                   "--train-subset", "train-fixture", "--valid-subset", "test-fixture", "--arch", "mssm_transducer",
-                  *TINY_MODEL.split(), "--criterion", "transducer", "--aux-ctc-every", "1", "--optimizer", "adam",
+                  *TINY_MODEL.split(), "--encoder-layers", "2", "--aux-ctc-every", "1", "--criterion", "transducer",
+                  "--optimizer", "adam",
                   "--lr", "1e-3", "--max-epoch", "1", "--batch-size", "3", "--save-dir", str(root / "ckpt"),
                   "--num-workers", "0", "--cpu", "--log-format", "simple", "--log-interval", "1"])
     return data, out, root / "ckpt/checkpoint_last.pt"

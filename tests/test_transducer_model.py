@@ -109,6 +109,24 @@ def test_auxiliary_ctc_adds_a_weighted_loss():
     assert torch.allclose(loss, log["rnnt_loss"] + 0.5 * log["aux_ctc_loss"])
 
 
+def test_auxiliary_ctc_needs_a_layer_below_the_top():
+    with pytest.raises(ValueError, match="--aux-ctc-every 2 takes outputs below the top layer"):
+        build("mssm_transducer", *SMALL, "--aux-ctc-every", "2")
+
+
+@pytest.mark.parametrize("criterion_args", [(), ("--rnnt-loss", "pruned", "--prune-range", "3")])
+def test_every_parameter_gets_a_gradient_when_every_utterance_is_dropped(criterion_args):
+    """DistributedDataParallel (fairseq's default --ddp-backend) fails when a parameter gets no gradient."""
+    model, criterion, cfg, task = build("mssm_transducer", *SMALL, "--aux-ctc-every", "1", *criterion_args)
+    sample = random_sample(task, [40, 30], [3, 2])
+    sample["net_input"]["src_tokens"][:, 0, 0] = float("nan")  # both utterances are dropped
+    loss, _, log = criterion(model, sample)
+    assert log["dropped"] == 2
+    loss.backward()
+    for name, p in [*model.named_parameters(), *criterion.named_parameters()]:
+        assert p.grad is not None and not p.grad.any(), name
+
+
 def test_reduce_metrics_reports_per_token_loss_in_base_2():
     from fairseq import metrics
 

@@ -12,6 +12,7 @@ Non-finite features are found before the forward pass and zeroed: a NaN input wo
 even with its loss excluded (``0 * NaN``).
 """
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -116,10 +117,11 @@ class TransducerCriterion(FairseqCriterion):
             simple, rnnt = losses.sum(0)
             simple_scale, pruned_scale = self.loss_scales()
             loss = simple_scale * simple + pruned_scale * rnnt
-            loss = loss + 0.0 * self.simple_joiner.encoder_proj.bias.sum()  # connected when all are dropped
         self._report_dropped(sample["id"], kept, encoder_lengths, unreadable)
-        # keep the graph connected (zero gradient) when every utterance of the batch was dropped
-        loss = loss + 0.0 * model.joiner.output.bias.sum()
+        # every trainable parameter stays in the graph (zero gradient) whatever was dropped: fairseq's default
+        # --ddp-backend pytorch_ddp fails the next update when a parameter got no gradient on some rank
+        trainable = [p for p in itertools.chain(model.parameters(), self.parameters()) if p.requires_grad]
+        loss = loss + 0.0 * sum(p.sum() for p in trainable)
         aux = self._aux_ctc(model, encoder, targets, target_lengths, kept)
         if aux is not None:
             loss = loss + self.aux_weight * aux

@@ -56,8 +56,11 @@ def joint_log_probs(model, encoder_rows: Tensor, predictor_rows: Tensor, blank_p
 
     ``blank_penalty`` (icefall's) is subtracted from the blank's logit before the softmax: a positive value makes
     the search emit more labels (fewer deletions), and the scores are then those of the penalised distribution.
+    The log-softmax runs in float32 whatever the model's dtype (a float16 or bfloat16 model after
+    ``fairseq-generate --fp16`` / ``--bf16``), so scores keep float32 resolution; float64 models stay float64.
     """
     logits = model.joiner.step(encoder_rows, predictor_rows)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if blank_penalty:
         logits[:, model.blank] -= blank_penalty
     return logits.log_softmax(-1)

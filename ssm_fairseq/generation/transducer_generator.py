@@ -1,6 +1,8 @@
 """The generator that ``fairseq-generate`` drives: encoder, then greedy (beam 1) or beam search."""
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -30,17 +32,21 @@ class TransducerGenerator:
         length_norm: beam search ranks its final hypotheses by ``score / (len + 1) ** length_norm``.
         blank_penalty: subtracted from the blank's logit before the softmax (icefall's ``--blank-penalty``); the
             scores are then those of the penalised distribution. 0 (the default) keeps the model's.
+        dtype: the floating-point type to decode in; the model is converted to it (``torch.bfloat16`` for
+            ``fairseq-generate --bf16``, which, unlike ``--fp16``, fairseq leaves to the generator). None keeps the
+            model's dtype. Either way the features are cast to the model's dtype before the encoder; kernels and
+            FFTs still compute in float32 inside it, and the joiner's log-softmax runs in float32.
     """
 
     def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1,
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0,
-                 blank_penalty: float = 0.0):
+                 blank_penalty: float = 0.0, dtype: torch.dtype | None = None):
         if len(models) != 1:
             raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
                              "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
         if nbest > beam:
             raise ValueError(f"--nbest {nbest} needs --beam >= {nbest}")
-        self.model = models[0]
+        self.model = models[0] if dtype is None else models[0].to(dtype)
         self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
         self.length_norm, self.blank_penalty = length_norm, blank_penalty
         self.eos = tgt_dict.eos()
@@ -52,7 +58,8 @@ class TransducerGenerator:
         """``sample["net_input"]``: ``src_tokens`` ``B x T x F`` and ``src_lengths`` ``B``."""
         self.model.eval()
         net_input = sample["net_input"]
-        encoder = self.model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+        features = net_input["src_tokens"].to(self.model_dtype())
+        encoder = self.model.encoder(features, net_input["src_lengths"])
         encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
         if self.beam == 1:
             results = [[hypothesis] for hypothesis in greedy_search(
@@ -61,8 +68,24 @@ class TransducerGenerator:
         else:
             results = beam_search(self.model, encoder_out, encoder_lengths, self.beam, self.max_symbols_per_frame,
                                   self.nbest, self.suppress, self.length_norm, self.blank_penalty)
+        self._check_finite(results, sample)
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
+
+    def model_dtype(self) -> torch.dtype:
+        """The dtype of the model's floating-point parameters, which the features are cast to."""
+        return next(p.dtype for p in self.model.parameters() if p.is_floating_point())
+
+    def _check_finite(self, results: list[list[Hypothesis]], sample: dict) -> None:
+        """Stop, naming the sample ids, at a hypothesis whose score is NaN or inf: the model computed NaN or inf
+        somewhere (features are checked finite before; in float16, an activation beyond its range of 65504)."""
+        bad = [b for b, hypotheses in enumerate(results) if not all(math.isfinite(h.score) for h in hypotheses)]
+        if bad:
+            ids = sample["id"][bad].tolist() if "id" in sample else bad
+            dtype = self.model_dtype()
+            hint = "; decode in float32 or bfloat16 (without --fp16)" if dtype == torch.float16 else ""
+            raise ValueError(f"sample ids {ids}: hypothesis scores are not finite (NaN or inf): the {dtype} model "
+                             f"computed NaN or inf{hint}")
 
     def _as_fairseq(self, hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | list]:
         rest = hypothesis.score - sum(hypothesis.token_scores)

@@ -84,6 +84,9 @@ class TransducerModel(BaseFairseqModel):
     @classmethod
     def build_model(cls, cfg: TransducerConfig, task) -> "TransducerModel":
         require_speech_task("transducer", task)
+        if cfg.aux_ctc_every and cfg.aux_ctc_every >= cfg.encoder_layers:
+            raise ValueError(f"--aux-ctc-every {cfg.aux_ctc_every} takes outputs below the top layer: it needs more "
+                             f"than {cfg.aux_ctc_every} encoder layers, got --encoder-layers {cfg.encoder_layers}")
         dictionary = task.target_dictionary
         layer_cfg = LayerConfig(
             dim=cfg.encoder_embed_dim,

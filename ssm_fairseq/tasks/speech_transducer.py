@@ -21,6 +21,7 @@ from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from ..models.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
 from .feature_check import non_finite_utterances
 from .manifest_check import check_manifest
+from .seeded_items import SeededItems
 
 SEARCHES = ("exact", "modified")
 
@@ -90,17 +91,20 @@ class SpeechTransducerTask(SpeechToTextTask):
         """As ``speech_to_text``, except what counts as a training split (SpecAugment, shuffling, fairseq's batch
         multiple): the ``--train-subset`` that ``fairseq-train`` loads for training, not any split whose name
         starts with ``train``. ``fairseq-generate --gen-subset train-clean-100`` scores every utterance, unaugmented.
-        Every manifest row is checked first (``manifest_check``): a bad one stops the run naming its line.
+        Every manifest row is checked first (``manifest_check``): a bad one stops the run naming its line. The
+        training split's SpecAugment masks are drawn per (seed, epoch, utterance) (``SeededItems``), so a run
+        resumed from a checkpoint trains on the same masks as the uninterrupted run.
         """
         is_train_split = combine and split == getattr(self.args, "train_subset", None)
         for name in split.split(","):
             check_manifest(self.args.data, name, self.data_cfg.input_feat_per_channel)
-        self.datasets[split] = SpeechToTextDatasetCreator.from_tsv(
+        dataset = SpeechToTextDatasetCreator.from_tsv(
             root=self.args.data, cfg=self.data_cfg, splits=split, tgt_dict=self.tgt_dict,
             pre_tokenizer=self.build_tokenizer(self.args), bpe_tokenizer=self.build_bpe(self.args),
             is_train_split=is_train_split, epoch=epoch, seed=self.args.seed, speaker_to_id=self.speaker_to_id,
             multitask=self.multitask_tasks,
         )
+        self.datasets[split] = SeededItems(dataset, self.args.seed) if is_train_split else dataset
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if hasattr(criterion, "set_num_updates"):  # the pruned RNN-T loss's warm-up follows the update count
@@ -139,9 +143,11 @@ class SpeechTransducerTask(SpeechToTextTask):
         # fairseq's ranking flags: hypotheses compare by score / (len + 1) ** lenpen, or by score (--unnormalized)
         length_norm = 0.0 if getattr(args, "unnormalized", False) else getattr(args, "lenpen", 1.0)
         limit = 1 if getattr(self.args, "search", "exact") == "modified" else self.args.max_symbols_per_frame
+        # fairseq-generate converts the model for --fp16 (model.half()) but not for --bf16: the generator does
+        dtype = torch.bfloat16 if getattr(self.args, "bf16", False) else None
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
                                    max_symbols_per_frame=limit, length_norm=length_norm,
-                                   blank_penalty=getattr(self.args, "blank_penalty", 0.0))
+                                   blank_penalty=getattr(self.args, "blank_penalty", 0.0), dtype=dtype)
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)
