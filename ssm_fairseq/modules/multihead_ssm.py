@@ -17,7 +17,6 @@ sequence's own length: padding never reaches a real frame in either direction.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -87,11 +86,12 @@ class MultiHeadSSM(nn.Module):
         """``B x C x D x L`` SSM outputs -> ``B x D x L``."""
         if self.gating == "gelu":
             return F.gelu(y[:, 0])
+        # F.glu keeps only its input for the backward pass (a product with a sigmoid would keep both factors)
         if self.gating == "glu":
-            return y[:, 0] * torch.sigmoid(y[:, 1])
+            return F.glu(y, dim=1).squeeze(1)
         B, C, D, L = y.shape
         y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
-        return (y[:, :, 0] * torch.sigmoid(y[:, :, 1])).reshape(B, D, L)
+        return F.glu(y, dim=2).reshape(B, D, L)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``."""

@@ -2,14 +2,15 @@
 
 A length-``L`` causal convolution ``y_k = sum_{j<=k} K_{k-j} u_j`` is a product of polynomials, computed as
 ``irfft(rfft(u, n) * rfft(K, n))[:L]``; zero padding to ``n >= 2L - 1`` removes the circular wrap-around, and
-``n`` is a fast FFT size (``2^a`` or ``3 * 2^a``). The FFTs run in float32 (float64 for float64 inputs) whatever
-autocast says. The circular convolution has its own backward: it keeps the real inputs, not their spectra, and
-recomputes the spectra with real FFTs (a correlation for each input's gradient).
+``n`` is a fast FFT size (``2^a`` or ``3 * 2^a``). An anti-causal kernel's spectrum is the conjugate of the causal
+one's, and the skip term ``D u`` is the kernel's tap 0, so every form is one product of spectra. The FFTs run in
+float32 (float64 for float64 inputs) whatever autocast says. The convolution has its own backward: it keeps the
+input and the ``L`` kernel taps, not their spectra, and recomputes the spectra with real FFTs (a correlation
+for each input's gradient).
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -45,39 +46,54 @@ def fft_size(n: int) -> int:
     return min(power_of_two, three_times)
 
 
-class _CircularConvolution(torch.autograd.Function):
-    """``B x H x L`` inputs circularly convolved with ``C x H x n`` kernels, first ``L`` outputs: ``B x C x H x L``.
+class _SpectralConvolution(torch.autograd.Function):
+    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H x L`` kernels: ``B x C x H x L``.
 
-    Backward: ``grad_u = irfft(G conj(rfft K))[:L]`` summed over ``C`` and ``grad_K = irfft(G conj(rfft u))``
-    summed over ``B``, with ``G = rfft(grad, n)``; only ``u`` and ``K`` are saved.
+    With ``n`` the FFT size, the causal kernel's spectrum is ``rfft(k, n)`` and the anti-causal kernel's (tap
+    ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Only
+    ``u`` and the ``L`` taps of each kernel are saved. Backward, with ``G = rfft(grad, n)``:
+    ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B`` gives the causal
+    kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
     """
 
     @staticmethod
-    def forward(ctx, u: Tensor, k: Tensor) -> Tensor:
-        n, L = k.shape[-1], u.shape[-1]
-        ctx.save_for_backward(u, k)
-        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * torch.fft.rfft(k)
+    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None) -> Tensor:
+        ctx.save_for_backward(u, causal, anticausal)
+        n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
+        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * _kernel_spectrum(causal, anticausal, n)
         return torch.fft.irfft(spectrum, n=n)[..., :L]
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        u, k = ctx.saved_tensors
-        n, L = k.shape[-1], u.shape[-1]
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        u, causal, anticausal = ctx.saved_tensors
+        n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
         g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1)
-        grad_u = grad_k = None
+        grad_u = grad_causal = grad_anticausal = None
         if ctx.needs_input_grad[0]:
-            grad_u = torch.fft.irfft((g * torch.fft.rfft(k).conj()).sum(1), n=n)[..., :L]
-        if ctx.needs_input_grad[1]:
-            grad_k = torch.fft.irfft((g * torch.fft.rfft(u, n=n).unsqueeze(1).conj()).sum(0), n=n)
-        return grad_u, grad_k
+            grad_u = torch.fft.irfft((g * _kernel_spectrum(causal, anticausal, n).conj()).sum(1), n=n)[..., :L]
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            x = (g * torch.fft.rfft(u, n=n).unsqueeze(1).conj()).sum(0)  # C x H x (n/2 + 1)
+            if ctx.needs_input_grad[1]:
+                grad_causal = torch.fft.irfft(x, n=n)[..., :L]
+            if ctx.needs_input_grad[2]:
+                grad_anticausal = torch.fft.irfft(x.conj(), n=n)[..., :L]
+        return grad_u, grad_causal, grad_anticausal
 
 
-def _finish(y: Tensor, u: Tensor, D: Tensor | None, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
-    if D is not None:
-        y = y + D.to(y.dtype).unsqueeze(-1) * u.unsqueeze(1)
-    if padding_mask is not None:
-        y = y.masked_fill(padding_mask[:, None, None, :], 0.0)
-    return y.to(dtype)
+def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int) -> Tensor:
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given."""
+    spectra = [torch.fft.rfft(causal, n=n)] if causal is not None else []
+    if anticausal is not None:
+        spectra.append(torch.fft.rfft(anticausal, n=n).conj())
+    return spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
+
+
+def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Tensor:
+    """The first ``L`` taps of ``K`` in ``dtype``, with the skip ``D`` added to tap 0 (``D u`` is lag 0's term)."""
+    k = K[..., :L].to(dtype)
+    if D is None:
+        return k
+    return torch.cat([k[..., :1] + D.to(dtype).unsqueeze(-1), k[..., 1:]], dim=-1)
 
 
 def _prepare(u: Tensor, padding_mask: Tensor | None) -> Tensor:
@@ -85,6 +101,12 @@ def _prepare(u: Tensor, padding_mask: Tensor | None) -> Tensor:
     if padding_mask is not None:
         u = u.masked_fill(padding_mask.unsqueeze(1), 0.0)
     return u
+
+
+def _finish(y: Tensor, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    if padding_mask is not None:
+        y = y.masked_fill(padding_mask[:, None, None, :], 0.0)
+    return y.to(dtype)
 
 
 def fft_conv(
@@ -103,14 +125,10 @@ def fft_conv(
         ``B x C x H x L`` in the dtype of ``u``.
     """
     _check_kernel(u, K, D, padding_mask)
-    L = u.shape[-1]
     x = _prepare(u, padding_mask)
-    k, n = K[..., :L].to(x.dtype), fft_size(2 * L - 1)
-    if reverse:  # put tap m at lag -m (index n - m) of the circle
-        k = torch.cat([k[..., :1], k.new_zeros(k.shape[:-1] + (n - L,)), k[..., 1:].flip(-1)], dim=-1)
-    else:
-        k = F.pad(k, (0, n - L))
-    return _finish(_CircularConvolution.apply(x, k), x, D, padding_mask, u.dtype)
+    k = _taps(K, x.shape[-1], x.dtype, D)
+    y = _SpectralConvolution.apply(x, None, k) if reverse else _SpectralConvolution.apply(x, k, None)
+    return _finish(y, padding_mask, u.dtype)
 
 
 def bidirectional_fft_conv(
@@ -122,9 +140,7 @@ def bidirectional_fft_conv(
     """
     _check_kernel(u, K_forward, D, padding_mask)
     _check_kernel(u, K_backward, None, padding_mask)
-    L = u.shape[-1]
     x = _prepare(u, padding_mask)
-    kf, kb, n = K_forward[..., :L].to(x.dtype), K_backward[..., :L].to(x.dtype), fft_size(2 * L - 1)
-    zeros = kf.new_zeros(kf.shape[:-1] + (n - 2 * L + 1,))
-    k = torch.cat([kf[..., :1] + kb[..., :1], kf[..., 1:], zeros, kb[..., 1:].flip(-1)], -1)
-    return _finish(_CircularConvolution.apply(x, k), x, D, padding_mask, u.dtype)
+    L = x.shape[-1]
+    y = _SpectralConvolution.apply(x, _taps(K_forward, L, x.dtype, D), _taps(K_backward, L, x.dtype))
+    return _finish(y, padding_mask, u.dtype)

@@ -32,7 +32,7 @@ def _chunk_length(batch_shape: torch.Size, N: int, L: int) -> int:
 
 def _rows_last(v: Tensor, pole_batch: torch.Size) -> tuple[Tensor, torch.Size]:
     """``v``: ``extra... x pole_batch... x N`` -> ``pole_batch... x E x N`` (E = prod(extra)), for one GEMM."""
-    extra = v.shape[: v.dim() - 1 - len(pole_batch)]
+    extra = v.shape[: max(0, v.dim() - 1 - len(pole_batch))]
     v = v.expand(extra + pole_batch + v.shape[-1:]).reshape((-1,) + pole_batch + v.shape[-1:])
     return v.movedim(0, -2), extra
 
@@ -139,60 +139,71 @@ def vandermonde(a: Tensor, log_base: Tensor, L: int, shift: Tensor | None = None
 
 
 def _real_powers(base: Tensor, L: int) -> tuple[Tensor, Tensor, int]:
-    """``base ** (q m)`` (``... x N x blocks``) and ``base ** r`` (``... x N x m``), ``m ~ sqrt(L)``, such that
-    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``. Returns ``(coarse, fine, m)``."""
-    # 0 ** k: clamp before the log, so that a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32)
-    # gives exp(log(tiny) k) = 0 for k >= 1, not log(0).
-    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-1)
-    negative = (base < 0).to(log_abs.dtype).unsqueeze(-1)
+    """``base ** (q m)`` (``... x blocks x N``) and ``base ** r`` (``... x m x N``), ``m ~ sqrt(L)``, such that
+    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``. Returns ``(coarse, fine, m)``.
+
+    ``|base| ** k`` is ``exp(k log |base|)`` with the exponent clamped at a third of the log of the smallest normal
+    number: a power below ``tiny ** (1/3)`` (2e-13 in float32, 3e-103 in float64, far below their rounding errors)
+    takes that value instead. Most powers of a decaying mode underflow at speech lengths, and subnormal numbers
+    (results of ``exp`` or of products in the matrix product) are more than ten times slower on CPU; with the clamp,
+    the products of two powers and a coefficient stay normal.
+    """
+    log_smallest = math.log(torch.finfo(base.dtype).tiny) / 3
+    # a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32) gives the smallest power for k >= 1
+    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-2)
+    sign = torch.where(base < 0, -1.0, 1.0).to(base.dtype).unsqueeze(-2)
     m = max(1, math.isqrt(L))
     blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
 
-    def powers(k: Tensor) -> Tensor:  # base ** k for integer-valued k: ... x N x len(k)
-        return (1 - 2 * negative * torch.remainder(k, 2)) * torch.exp(log_abs * k)
+    def powers(step: int, count: int) -> Tensor:  # base ** (step j) for j < count: ... x count x N
+        k = torch.arange(count, dtype=log_abs.dtype, device=base.device).unsqueeze(-1) * step
+        power = torch.exp_((log_abs * k).clamp_min_(log_smallest))
+        if step % 2:  # odd powers at odd j take the sign of the base
+            power[..., 1::2, :].mul_(sign)
+        return power
 
-    q = torch.arange(blocks, dtype=log_abs.dtype, device=base.device) * m
-    r = torch.arange(m, dtype=log_abs.dtype, device=base.device)
-    return powers(q), powers(r), m
-
-
-def _real_vandermonde_product(a: Tensor, coarse: Tensor, fine: Tensor, L: int) -> Tensor:
-    """``sum_n a[..., n] base[..., n] ** k`` for ``k < L`` from the factors of ``_real_powers``: ``... x L``."""
-    return ((a.unsqueeze(-1) * coarse).transpose(-1, -2) @ fine).flatten(-2)[..., :L]
-
-
-def _real_vandermonde_transposed(g: Tensor, coarse: Tensor, fine: Tensor) -> Tensor:
-    """``sum_k g[..., k] base[..., n] ** k`` from the factors of ``_real_powers``: ``... x L`` -> ``... x N``."""
-    L, (blocks, m) = g.shape[-1], (coarse.shape[-1], fine.shape[-1])
-    g = F.pad(g, (0, blocks * m - L)).unflatten(-1, (blocks, m))  # ... x blocks x m
-    per_block = g @ fine.transpose(-1, -2)  # sum over r: ... x blocks x N
-    return (per_block * coarse.transpose(-1, -2)).sum(-2)
+    return powers(m, blocks), powers(1, m), m
 
 
 class _RealVandermonde(torch.autograd.Function):
-    """Keeps only ``a`` and the two small power factors (``... x N x sqrt(L)``), not the ``... x N x sqrt(L)``
-    products and temporaries autograd would. With ``out_k = sum_n a_n b_n^k``: ``dL/da_n = sum_k g_k b_n^k`` and
-    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``, two transposed Vandermonde products (no division by the base,
-    so a zero base is exact)."""
+    """``out_k = sum_n a_n b_n^k`` from the factors of ``_real_powers``. The rows of ``a`` that share a base (its
+    leading dimensions beyond the base's) are stacked into one matrix product per base row. Keeps only ``a`` and
+    ``base`` for the backward pass, which recomputes the factors. There ``dL/da_n = sum_k g_k b_n^k`` and
+    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: one transposed Vandermonde product of both gradient rows (no
+    division by the base, so a zero base is exact)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, base: Tensor, L: int) -> Tensor:
-        coarse, fine, _ = _real_powers(base, L)
-        ctx.save_for_backward(a, coarse, fine)
-        ctx.base_shape = base.shape
-        return _real_vandermonde_product(a, coarse, fine, L)
+        batch = torch.broadcast_shapes(a.shape[:-1], base.shape[:-1])
+        base_batch = batch[len(batch) - base.dim() + 1:]
+        coarse, fine, m = _real_powers(base.expand(base_batch + base.shape[-1:]), L)
+        rows, extra = _rows_last(a, base_batch)  # base_batch x E x N
+        blocks = coarse.shape[-2]
+        lhs = (rows.unsqueeze(-2) * coarse.unsqueeze(-3)).flatten(-3, -2)  # base_batch x E blocks x N
+        out = (lhs @ fine.transpose(-1, -2)).unflatten(-2, (rows.shape[-2], blocks))  # ... x E x blocks x m
+        ctx.save_for_backward(a, base)
+        ctx.L = L
+        return _rows_first(out.flatten(-2)[..., :L], extra)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        a, coarse, fine = ctx.saved_tensors
+        a, base = ctx.saved_tensors
+        L = ctx.L
+        base_batch = grad.shape[grad.dim() - base.dim():-1]
+        coarse, fine, m = _real_powers(base.expand(base_batch + base.shape[-1:]), L)
+        blocks = coarse.shape[-2]
+        k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
+        shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
+        rows, extra = _rows_last(torch.stack([grad, shifted]), base_batch)  # base_batch x E x L
+        rows = F.pad(rows, (0, blocks * m - L)).unflatten(-1, (blocks, m)).flatten(-3, -2)  # ... x E blocks x m
+        per_block = (rows @ fine).unflatten(-2, (-1, blocks))  # sum over r: base_batch x E x blocks x N
+        both = _rows_first((per_block * coarse.unsqueeze(-3)).sum(-2), extra)  # 2 x grad's shape[:-1] x N
         grad_a = grad_base = None
         if ctx.needs_input_grad[0]:
-            grad_a = _real_vandermonde_transposed(grad, coarse, fine).sum_to_size(a.shape)
+            grad_a = both[0].sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            k = torch.arange(1, grad.shape[-1], dtype=grad.dtype, device=grad.device)
-            shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
-            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine)).sum_to_size(ctx.base_shape)
+            grad_base = (a * both[1]).sum_to_size(base.shape)
         return grad_a, grad_base, None
 
 
@@ -202,7 +213,7 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
     parities of the sign, then one real matrix product over ``N``. A zero base gives ``0^0 = 1``, ``0^k = 0``.
     Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the powers, so
-    memory stays ``O(... x (N + L))`` however long the kernel.
+    memory stays ``O(... x N)`` however long the kernel.
 
     Args:
         a: ``... x N`` real coefficients.
