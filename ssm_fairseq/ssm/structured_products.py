@@ -138,9 +138,16 @@ def vandermonde(a: Tensor, log_base: Tensor, L: int, shift: Tensor | None = None
     return out
 
 
-def _real_powers(base: Tensor, L: int) -> tuple[Tensor, Tensor, int]:
-    """``base ** (q m)`` (``... x blocks x N``) and ``base ** r`` (``... x m x N``), ``m ~ sqrt(L)``, such that
-    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``. Returns ``(coarse, fine, m)``.
+def _block_length(L: int, rows: int) -> int:
+    """``m`` for ``_real_powers`` when ``rows`` coefficient rows share each base: their products with the coarse
+    powers cost ``rows x L / m`` elementwise operations per state and the fine powers ``m``; ``sqrt(rows L)``
+    balances the two."""
+    return min(L, max(1, math.isqrt(L * rows)))
+
+
+def _real_powers(base: Tensor, L: int, m: int) -> tuple[Tensor, Tensor]:
+    """``base ** (q m)`` (``... x blocks x N``) and ``base ** r`` (``... x m x N``) such that
+    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``.
 
     ``|base| ** k`` is ``exp(k log |base|)`` with the exponent clamped at a third of the log of the smallest normal
     number: a power below ``tiny ** (1/3)`` (2e-13 in float32, 3e-103 in float64, far below their rounding errors)
@@ -152,7 +159,6 @@ def _real_powers(base: Tensor, L: int) -> tuple[Tensor, Tensor, int]:
     # a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32) gives the smallest power for k >= 1
     log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-2)
     sign = torch.where(base < 0, -1.0, 1.0).to(base.dtype).unsqueeze(-2)
-    m = max(1, math.isqrt(L))
     blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
 
     def powers(step: int, count: int) -> Tensor:  # base ** (step j) for j < count: ... x count x N
@@ -162,48 +168,50 @@ def _real_powers(base: Tensor, L: int) -> tuple[Tensor, Tensor, int]:
             power[..., 1::2, :].mul_(sign)
         return power
 
-    return powers(m, blocks), powers(1, m), m
+    return powers(m, blocks), powers(1, m)
 
 
 class _RealVandermonde(torch.autograd.Function):
     """``out_k = sum_n a_n b_n^k`` from the factors of ``_real_powers``. The rows of ``a`` that share a base (its
     leading dimensions beyond the base's) are stacked into one matrix product per base row. Keeps only ``a`` and
     ``base`` for the backward pass, which recomputes the factors. There ``dL/da_n = sum_k g_k b_n^k`` and
-    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: one transposed Vandermonde product of both gradient rows (no
-    division by the base, so a zero base is exact)."""
+    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: two transposed Vandermonde products (no division by the base,
+    so a zero base is exact)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, base: Tensor, L: int) -> Tensor:
         batch = torch.broadcast_shapes(a.shape[:-1], base.shape[:-1])
         base_batch = batch[len(batch) - base.dim() + 1:]
-        coarse, fine, m = _real_powers(base.expand(base_batch + base.shape[-1:]), L)
         rows, extra = _rows_last(a, base_batch)  # base_batch x E x N
+        m = _block_length(L, rows.shape[-2])
+        coarse, fine = _real_powers(base.expand(base_batch + base.shape[-1:]), L, m)
         blocks = coarse.shape[-2]
         lhs = (rows.unsqueeze(-2) * coarse.unsqueeze(-3)).flatten(-3, -2)  # base_batch x E blocks x N
         out = (lhs @ fine.transpose(-1, -2)).unflatten(-2, (rows.shape[-2], blocks))  # ... x E x blocks x m
         ctx.save_for_backward(a, base)
-        ctx.L = L
+        ctx.L, ctx.m = L, m
         return _rows_first(out.flatten(-2)[..., :L], extra)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
         a, base = ctx.saved_tensors
-        L = ctx.L
+        L, m = ctx.L, ctx.m
         base_batch = grad.shape[grad.dim() - base.dim():-1]
-        coarse, fine, m = _real_powers(base.expand(base_batch + base.shape[-1:]), L)
+        coarse, fine = _real_powers(base.expand(base_batch + base.shape[-1:]), L, m)
         blocks = coarse.shape[-2]
         k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
         shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
-        rows, extra = _rows_last(torch.stack([grad, shifted]), base_batch)  # base_batch x E x L
-        rows = F.pad(rows, (0, blocks * m - L)).unflatten(-1, (blocks, m)).flatten(-3, -2)  # ... x E blocks x m
-        per_block = (rows @ fine).unflatten(-2, (-1, blocks))  # sum over r: base_batch x E x blocks x N
-        both = _rows_first((per_block * coarse.unsqueeze(-3)).sum(-2), extra)  # 2 x grad's shape[:-1] x N
+        def transposed(g: Tensor) -> Tensor:  # sum_k g_k b_n^k: grad's shape[:-1] x N
+            rows, extra = _rows_last(g, base_batch)  # base_batch x E x L
+            rows = F.pad(rows, (0, blocks * m - L)).unflatten(-1, (blocks, m)).flatten(-3, -2)  # ... x E blocks x m
+            per_block = (rows @ fine).unflatten(-2, (-1, blocks))  # sum over r: base_batch x E x blocks x N
+            return _rows_first((per_block * coarse.unsqueeze(-3)).sum(-2), extra)
         grad_a = grad_base = None
         if ctx.needs_input_grad[0]:
-            grad_a = both[0].sum_to_size(a.shape)
+            grad_a = transposed(grad).sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_base = (a * both[1]).sum_to_size(base.shape)
+            grad_base = (a * transposed(shifted)).sum_to_size(base.shape)
         return grad_a, grad_base, None
 
 
