@@ -101,3 +101,20 @@ def test_fft_sizes_are_fast_and_long_enough():
         size = fft_size(n)
         assert size >= n and (size & (size - 1) == 0 or (size % 3 == 0 and (size // 3) & (size // 3 - 1) == 0))
         assert size < 2 * n or n == 1
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_backward_keeps_the_input_and_the_used_kernel_taps_only(reverse):
+    # The spectra are recomputed in backward; the kernel is kept at the L taps it uses, not at the FFT size.
+    u = torch.randn(2, 3, 10, requires_grad=True)
+    K = torch.randn(2, 3, 40, requires_grad=True)
+    D = torch.randn(2, 3, requires_grad=True)
+    shapes = []
+
+    def pack(t):
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fft_conv(u, K, D, reverse=reverse)
+    assert max(s[-1] for s in shapes if s) == 10

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from ssm_fairseq.ssm import structured_products
 from ssm_fairseq.ssm.structured_products import cauchy, real_vandermonde, vandermonde
 
 
@@ -63,3 +64,48 @@ def test_real_vandermonde_zero_base_has_finite_gradients(dtype):
     direct.backward()
     torch.testing.assert_close(base.grad[1:], other.grad)
     torch.testing.assert_close(a.grad[0], torch.tensor(1.0, dtype=dtype))  # only 0 ** 0 contributes
+
+
+def _saved_tensor_shapes(fn) -> list[tuple]:
+    """Shapes of the tensors autograd keeps for the backward pass while ``fn()`` runs."""
+    shapes = []
+
+    def pack(t):
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return shapes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_real_vandermonde_powers_stay_normal_and_accurate_when_they_underflow(dtype):
+    # Fast decaying modes at speech lengths: most powers would be subnormal or zero, which is ten times slower on
+    # CPU. The factors stay normal numbers and the kernel keeps the float64 brute force's value.
+    base = torch.tensor([[1e-3, -1e-3, 0.5, -0.9, 0.0, 1e-30]], dtype=dtype).expand(3, -1)
+    a = torch.randn(2, 3, 6, dtype=dtype)
+    L = 300
+    m = structured_products._block_length(L, 2)
+    coarse, fine = structured_products._real_powers(base, L, m)
+    tiny = torch.finfo(dtype).tiny
+    assert (coarse.abs() >= tiny).all() and (fine.abs() >= tiny).all()
+    direct = (a.double().unsqueeze(-1) * base.double().unsqueeze(-1) ** torch.arange(L, dtype=torch.float64)).sum(-2)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(real_vandermonde(a, base, L).double(), direct, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("a_shape, base_shape", [((2, 3, 4), (3, 4)), ((3, 4), (2, 3, 4)), ((2, 1, 4), (3, 4)),
+                                                 ((4,), (3, 4)), ((2, 3, 4), (1, 4))])
+def test_real_vandermonde_broadcasts_and_keeps_only_its_inputs(a_shape, base_shape):
+    a = torch.randn(*a_shape, dtype=torch.float64, requires_grad=True)
+    base = (torch.rand(*base_shape, dtype=torch.float64) * 2 - 1).requires_grad_()
+    L = 23
+    saved = _saved_tensor_shapes(lambda: real_vandermonde(a, base, L))
+    assert sorted(saved) == sorted([a_shape, base_shape])  # the powers are recomputed in backward, not kept
+    direct = (a.unsqueeze(-1) * base.unsqueeze(-1) ** torch.arange(L, dtype=torch.float64)).sum(-2)
+    out = real_vandermonde(a, base, L)
+    torch.testing.assert_close(out, direct)
+    grad = torch.randn_like(direct)
+    for ours, reference in zip(torch.autograd.grad(out, (a, base), grad), torch.autograd.grad(direct, (a, base), grad)):
+        torch.testing.assert_close(ours, reference)
