@@ -31,7 +31,7 @@ from ssm_fairseq.ssm.kernel import SSMKernel
 PARTS = ("kernel generation", "FFT convolution", "linears", "attention", "layer norm", "dropout")
 BACKWARD = "autograd::engine::evaluate_function: "
 # our custom autograd Functions, whose backward nodes have no forward op to take a part from
-CUSTOM_FUNCTIONS = {"_CircularConvolution": "FFT convolution", "_RealVandermonde": "kernel generation",
+CUSTOM_FUNCTIONS = {"_SpectralConvolution": "FFT convolution", "_RealVandermonde": "kernel generation",
                     "_Cauchy": "kernel generation"}
 
 

@@ -8,7 +8,8 @@ pass. Here:
   ``O(... x N x sqrt(L))`` exponentials are evaluated and the sum over ``N`` is one batched matrix product;
   autograd then stores only the small factors.
 * ``real_vandermonde`` is the same factorisation for real bases of any sign (the MSSM kernel after ``eigh``):
-  ``base^k = sign^k |base|^k`` with both factors split the same way, in real arithmetic only.
+  ``base^k = sign^k |base|^k`` with both factors split the same way, in real arithmetic only, the rows that
+  share a base stacked into one matrix product, and powers that would underflow held at a normal number.
 * ``cauchy`` shares the reciprocals ``1 / (z_l - w_n)`` between all numerator rows, sums them with a batched
   matrix product, and walks over ``L`` in chunks in the forward and backward pass (custom autograd), so peak
   memory is ``O(... x (N + L))`` plus one chunk.
@@ -219,8 +220,9 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     """``out[..., k] = sum_n a[..., n] * base[..., n] ** k`` for real bases with ``|base| <= 1``, ``k < L``.
 
     ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
-    parities of the sign, then one real matrix product over ``N``. A zero base gives ``0^0 = 1``, ``0^k = 0``.
-    Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the powers, so
+    parities of the sign, then one real matrix product over ``N``. A power below ``tiny ** (1/3)`` of the dtype
+    (2e-13 in float32) is computed as that number, far below the rounding error of the sum; a zero base gives
+    ``0^0 = 1``. Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the powers, so
     memory stays ``O(... x N)`` however long the kernel.
 
     Args:
