@@ -172,6 +172,18 @@ def _real_powers(base: Tensor, L: int, m: int) -> tuple[Tensor, Tensor]:
     return powers(m, blocks), powers(1, m)
 
 
+def _real_vandermonde_transposed(g: Tensor, coarse: Tensor, fine: Tensor, base_batch: torch.Size) -> Tensor:
+    """``sum_k g[..., k] base[..., n] ** k`` from the factors of ``_real_powers``: ``... x L`` -> ``... x N``.
+
+    The rows of ``g`` that share a base are stacked into one matrix product per base row, as in the forward pass.
+    """
+    L, blocks, m = g.shape[-1], coarse.shape[-2], fine.shape[-2]
+    rows, extra = _rows_last(g, base_batch)  # base_batch x E x L
+    rows = F.pad(rows, (0, blocks * m - L)).unflatten(-1, (blocks, m)).flatten(-3, -2)  # ... x E blocks x m
+    per_block = (rows @ fine).unflatten(-2, (-1, blocks))  # sum over r: base_batch x E x blocks x N
+    return _rows_first((per_block * coarse.unsqueeze(-3)).sum(-2), extra)
+
+
 class _RealVandermonde(torch.autograd.Function):
     """``out_k = sum_n a_n b_n^k`` from the factors of ``_real_powers``. The rows of ``a`` that share a base (its
     leading dimensions beyond the base's) are stacked into one matrix product per base row. Keeps only ``a`` and
@@ -200,19 +212,13 @@ class _RealVandermonde(torch.autograd.Function):
         L, m = ctx.L, ctx.m
         base_batch = grad.shape[grad.dim() - base.dim():-1]
         coarse, fine = _real_powers(base.expand(base_batch + base.shape[-1:]), L, m)
-        blocks = coarse.shape[-2]
-        k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
-        shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
-        def transposed(g: Tensor) -> Tensor:  # sum_k g_k b_n^k: grad's shape[:-1] x N
-            rows, extra = _rows_last(g, base_batch)  # base_batch x E x L
-            rows = F.pad(rows, (0, blocks * m - L)).unflatten(-1, (blocks, m)).flatten(-3, -2)  # ... x E blocks x m
-            per_block = (rows @ fine).unflatten(-2, (-1, blocks))  # sum over r: base_batch x E x blocks x N
-            return _rows_first((per_block * coarse.unsqueeze(-3)).sum(-2), extra)
         grad_a = grad_base = None
         if ctx.needs_input_grad[0]:
-            grad_a = transposed(grad).sum_to_size(a.shape)
+            grad_a = _real_vandermonde_transposed(grad, coarse, fine, base_batch).sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_base = (a * transposed(shifted)).sum_to_size(base.shape)
+            k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
+            shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
+            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine, base_batch)).sum_to_size(base.shape)
         return grad_a, grad_base, None
 
 
@@ -222,8 +228,8 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
     parities of the sign, then one real matrix product over ``N``. A power below ``tiny ** (1/3)`` of the dtype
     (2e-13 in float32) is computed as that number, far below the rounding error of the sum; a zero base gives
-    ``0^0 = 1``. Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the powers, so
-    memory stays ``O(... x N)`` however long the kernel.
+    ``0^0 = 1``. Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the
+    powers, so memory stays ``O(... x N)`` however long the kernel.
 
     Args:
         a: ``... x N`` real coefficients.
