@@ -34,20 +34,26 @@ class PiecesOrTextDecoder:
     """The config's SentencePiece tokenizer, whose ``decode`` leaves already-decoded text alone.
 
     ``fairseq-generate --post-process sentencepiece`` turns pieces into words before it calls the task's
-    tokenizer; decoding words again would delete their spaces. Text with no word-boundary mark is returned
-    as it is, so WER is the same with and without ``--post-process``.
+    tokenizer; decoding words again would delete their spaces. The task cannot see ``--post-process``, so the
+    decoder tells the two runs apart by their strings: fairseq's post-processing removes every word-boundary
+    mark, and a reference in pieces starts with one. Once a string with the mark has been decoded (the first
+    reference, decoded before its hypotheses), every later string of the run is pieces, also a hypothesis made
+    only of word-internal pieces; before that, text is returned as it is. WER is the same with and without
+    ``--post-process``.
     """
 
     WORD_BOUNDARY = "\u2581"
 
     def __init__(self, bpe):
         self.bpe = bpe
+        self.pieces = False
 
     def encode(self, text: str) -> str:
         return self.bpe.encode(text)
 
     def decode(self, text: str) -> str:
-        return self.bpe.decode(text) if self.WORD_BOUNDARY in text else text
+        self.pieces = self.pieces or self.WORD_BOUNDARY in text
+        return self.bpe.decode(text) if self.pieces else text
 
 
 @register_task("speech_transducer")
