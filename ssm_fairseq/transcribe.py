@@ -42,12 +42,14 @@ from torch.nn.utils.rnn import pad_sequence
 
 from .audio_features import NUM_MEL_BINS, AudioError, audio_frames, filterbank_features
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from .generation.transducer_generator import NonFiniteScoreError
 from .tasks.speech_transducer import SEARCHES
 
 logger = logging.getLogger("ssm_fairseq.transcribe")
 
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
 EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
+PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class InputError(ValueError):
@@ -112,18 +114,22 @@ class Transcriber:
         max_tokens: most feature frames (10 ms each) in a padded batch; default 12000, as ``fairseq-generate``,
             unless ``batch_size`` alone is given.
         batch_size: most files in a batch.
+        precision: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``: the dtype the model decodes in, as
+            ``fairseq-generate --fp16`` / ``--bf16`` (the joiner's log-softmax and the scores stay float32).
     """
 
     def __init__(self, checkpoint: Path | str, data_dir: Path | str | None = None,
                  device: str | torch.device | None = None, beam: int = 4, search: str = "exact",
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, lenpen: float = 1.0, blank_penalty: float = 0.0,
-                 max_tokens: int | None = None, batch_size: int | None = None):
+                 max_tokens: int | None = None, batch_size: int | None = None, precision: str = "float32"):
         for name, value in [("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame),
                             ("max_tokens", max_tokens), ("batch_size", batch_size)]:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if search not in SEARCHES:
             raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
         self.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None and batch_size is None else max_tokens
         self.batch_size = batch_size
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -137,6 +143,7 @@ class Transcriber:
         self.model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         self.model.to(self.device)
         self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
+        self.model.to(PRECISIONS[precision])  # the generator casts the features to the model's dtype
         self.generator = self.task.build_generator([self.model], Namespace(beam=beam, nbest=1, lenpen=lenpen))
         self.dictionary = self.task.target_dictionary
         self.tokenizer = self.task.build_tokenizer(self.task.args)
@@ -145,7 +152,7 @@ class Transcriber:
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
         searching = "greedy search" if beam == 1 else f"beam {beam}, {search} search"
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
-                    f"parameters, on {self.device}; {searching}")
+                    f"parameters, on {self.device} in {precision}; {searching}")
 
     def features(self, path: Path | str) -> torch.Tensor:
         """``T x 80`` features of one audio file as the model saw them in training: filterbanks, then the
@@ -174,7 +181,11 @@ class Transcriber:
         texts: list[str | None] = [None] * len(paths)
         done, every = 0, max(1, len(batches) // 10)
         for n, batch in enumerate(batches, 1):
-            for index, text in zip(batch, self._decode(batch, [self.features(paths[i]) for i in batch])):
+            try:
+                decoded = self._decode(batch, [self.features(paths[i]) for i in batch])
+            except NonFiniteScoreError as error:  # sample ids are indices of paths
+                raise InputError([f"{paths[i]}: {error.reason}" for i in error.ids]) from error
+            for index, text in zip(batch, decoded):
                 texts[index] = text
             done += len(batch)
             if n % every == 0 or n == len(batches):
@@ -251,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                              "--batch-size is given)")
     parser.add_argument("--batch-size", type=int, default=None, help="most files in a batch")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_const", const="float16", dest="precision", default="float32",
+                           help="decode in float16, as fairseq-generate --fp16")
+    precision.add_argument("--bf16", action="store_const", const="bfloat16", dest="precision",
+                           help="decode in bfloat16, as fairseq-generate --bf16")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
@@ -258,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         transcriber = Transcriber(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None,
                                   beam=args.beam, search=args.search, max_symbols_per_frame=args.max_symbols_per_frame,
                                   lenpen=args.lenpen, blank_penalty=args.blank_penalty, max_tokens=args.max_tokens,
-                                  batch_size=args.batch_size)
+                                  batch_size=args.batch_size, precision=args.precision)
         start = time.perf_counter()
         texts = transcriber.transcribe(args.audio)
     except InputError as error:

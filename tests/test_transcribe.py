@@ -21,7 +21,7 @@ from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 from ssm_fairseq.audio_features import audio_frames
-from ssm_fairseq.transcribe import InputError, Transcriber, transcribe
+from ssm_fairseq.transcribe import PRECISIONS, InputError, Transcriber, transcribe
 
 from cli import BIN, REPO, run_ok
 from test_librispeech_recipe import TINY_MODEL
@@ -174,3 +174,33 @@ def test_a_moved_data_directory_is_named_and_data_dir_finds_it(trained, tmp_path
     with pytest.raises(ValueError, match="a checkpoint of --task speech_to_text; transcription needs a --task "
                                          "speech_transducer checkpoint"):
         Transcriber(moved, data_dir=data, device="cpu")
+
+
+@pytest.mark.parametrize("precision, flag", [("bfloat16", "--bf16"), ("float16", "--fp16")])
+def test_half_precision_gives_fairseq_generates_hypotheses_in_that_precision(trained, tmp_path, precision, flag):
+    data, checkpoint, files = trained
+    run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--path", str(checkpoint), "--gen-subset", "test-mini", "--post-process", "sentencepiece", flag,
+            *_cli_options(SEARCH), "--results-path", str(tmp_path), "--cpu"], env=SINGLE_THREAD)
+    decoded = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", (tmp_path / "generate-test-mini.txt").read_text(), flags=re.M))
+    expected = [decoded[str(i)] for i in range(len(files))]
+    transcriber = Transcriber(checkpoint, device="cpu", precision=precision, **SEARCH)
+    assert {p.dtype for p in transcriber.model.parameters()} == {PRECISIONS[precision]}
+    assert transcriber.transcribe(files) == expected
+
+
+def test_cli_bf16_and_a_float16_overflow_names_the_files(trained):
+    _, checkpoint, files = trained
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--bf16",
+                          *_cli_options(SEARCH), "--cpu", *map(str, files[:2])],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0 and "in bfloat16" in out.stderr, out.stderr[-3000:]
+    assert [line.split("\t")[0] for line in out.stdout.splitlines()] == list(map(str, files[:2]))
+    # logits beyond float16's range (65504) make NaN scores: an error naming every file of the batch, no transcript
+    transcriber = Transcriber(checkpoint, device="cpu", precision="float16", **SEARCH)
+    with torch.no_grad():
+        transcriber.model.joiner.output.weight.mul_(1e5)
+    with pytest.raises(InputError) as error:
+        transcriber.transcribe(files[:2])
+    assert sorted(problem.split(":")[0] for problem in error.value.problems) == sorted(map(str, files[:2]))
+    assert all("not finite" in problem and "without --fp16" in problem for problem in error.value.problems)

@@ -11,6 +11,14 @@ from .greedy_search import greedy_search
 from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
 
 
+class NonFiniteScoreError(ValueError):
+    """A hypothesis scored NaN or inf; ``ids`` are the sample ids of the utterances, ``reason`` says why."""
+
+    def __init__(self, ids: list[int], reason: str):
+        super().__init__(f"sample ids {ids}: {reason}")
+        self.ids, self.reason = ids, reason
+
+
 class TransducerGenerator:
     """Decodes a fairseq speech batch with one transducer model.
 
@@ -84,8 +92,8 @@ class TransducerGenerator:
             ids = sample["id"][bad].tolist() if "id" in sample else bad
             dtype = self.model_dtype()
             hint = "; decode in float32 or bfloat16 (without --fp16)" if dtype == torch.float16 else ""
-            raise ValueError(f"sample ids {ids}: hypothesis scores are not finite (NaN or inf): the {dtype} model "
-                             f"computed NaN or inf{hint}")
+            raise NonFiniteScoreError(ids, f"hypothesis scores are not finite (NaN or inf): the {dtype} model "
+                                           f"computed NaN or inf{hint}")
 
     def _as_fairseq(self, hypothesis: Hypothesis, device: torch.device) -> dict[str, Tensor | float | list]:
         rest = hypothesis.score - sum(hypothesis.token_scores)
