@@ -34,6 +34,7 @@ def recipe(tmp_path_factory) -> tuple[Path, dict, str]:
     """Stages 0-5 of the recipe (the mini conf's settings, the fixture corpus, a tiny model, 2 epochs)."""
     root = tmp_path_factory.mktemp("librispeech")
     env = _recipe_env(write_fixture(root), root / "work")
+    env["WORK_DIR"] = os.path.relpath(root / "work", REPO)  # a relative work directory, as the default one
     out = run_ok(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh"], env=env)
     return root / "work", env, out
 
@@ -44,6 +45,9 @@ def test_recipe_runs_every_stage(recipe):
     assert (work / "data/train-fixture.tsv").exists() and (work / "data/config.yaml").exists()
     checkpoints = work / "checkpoints/mssm_transducer"
     assert (checkpoints / "checkpoint2.pt").exists() and (checkpoints / "checkpoint_avg2.pt").exists()
+    # the checkpoints name the data directory by its absolute path: transcription finds it from any directory
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoints / "checkpoint_avg2.pt"))["cfg"]
+    assert cfg.task.data == str(work / "data")
     decoded = (work / "decode/mssm_transducer/test-fixture/generate-test-fixture.txt").read_text()
     assert len(re.findall(r"^T-\d+\t", decoded, flags=re.M)) == sum(len(v) for v in TRANSCRIPTS["test-fixture"].values())
     assert re.search(r"^\| mssm_transducer \(beam 2\) \| [0-9.]+ \|$", out, flags=re.M)
