@@ -122,10 +122,12 @@ def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str,
     results: dict[str, int | str] = {}
     conversions: dict[str, int] = {}
     start, every = time.time(), max(1, len(utterances) // 20)
+    chunk = 8
+    jobs = min(jobs, -(-len(utterances) // chunk))  # no process without a chunk of utterances to do
     with contextlib.ExitStack() as stack:
         if jobs > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker))
-            finished = pool.imap_unordered(extract, utterances, chunksize=8)
+            finished = pool.imap_unordered(extract, utterances, chunksize=chunk)
         else:
             finished = map(extract, utterances)
         for done, (utterance_id, result, conversion) in enumerate(finished, 1):
