@@ -38,7 +38,7 @@ arch="${arch_override:-$arch}"
 default_work="exp/librispeech"
 [[ "$(basename "$conf")" == mini.sh ]] && default_work="exp/librispeech_mini"
 work_dir="${WORK_DIR:-$default_work}"
-data_dir="$(realpath -m "$work_dir")/data"  # absolute: checkpoints name it, and transcription reads it from anywhere
+data_dir="$(mkdir -p "$work_dir" && CDPATH= cd -- "$work_dir" && pwd)/data"  # absolute: checkpoints name it
 save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
 # shellcheck source=../common.sh
