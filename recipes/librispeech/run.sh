@@ -11,7 +11,9 @@
 # --conf: conf/librispeech.sh (LibriSpeech 960 h, the default) or conf/mini.sh (the shipped mini corpus; what
 # `make demo` runs). Environment: WORK_DIR (default exp/librispeech or exp/librispeech_mini), TRAIN_ARGS and
 # DECODE_ARGS (extra fairseq-train / fairseq-generate arguments), PYTHON_BIN (directory of python and the
-# fairseq-* commands; default .venv/bin if present), and any variable of the conf file in upper case.
+# fairseq-* commands; default .venv/bin if present), SEED (fairseq-train --seed, default 1), DATA_DIR (prepared
+# data; default WORK_DIR/data, so that several runs can share one preparation), and any variable of the conf
+# file in upper case. scripts/seed_spread.sh runs a conf with several seeds and prints the WER's mean and range.
 # NPROC (default 1): stage 2 trains with NPROC processes (one per GPU) under torchrun, each update then takes
 # NPROC x UPDATE_FREQ batches; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh).
 # On CPU: TRAIN_ARGS="--cpu --distributed-backend gloo --ddp-backend legacy_ddp".
@@ -38,7 +40,10 @@ arch="${arch_override:-$arch}"
 default_work="exp/librispeech"
 [[ "$(basename "$conf")" == mini.sh ]] && default_work="exp/librispeech_mini"
 work_dir="${WORK_DIR:-$default_work}"
-data_dir="$(mkdir -p "$work_dir" && CDPATH= cd -- "$work_dir" && pwd)/data"  # absolute: checkpoints name it
+data_dir="${DATA_DIR:-$work_dir/data}"
+data_dir="$(mkdir -p "$data_dir" && CDPATH= cd -- "$data_dir" && pwd)"  # absolute: checkpoints name it
+seed="${SEED:-1}"
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEED must be a non-negative integer, got '$seed'" >&2; exit 2; }
 save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
 # shellcheck source=../common.sh
@@ -79,7 +84,7 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
     --lr-scheduler warmup_hold_exp_decay --warmup-updates "$warmup_updates" \
     --hold-until-epoch "$hold_until_epoch" --decay-per-epoch "$decay_per_epoch" --max-epoch "$max_epoch" \
     --max-tokens "$max_tokens" --update-freq "$update_freq" --save-dir "$save_dir" \
-    --keep-last-epochs "$average_last" --seed 1 --log-format simple --log-interval 50 ${TRAIN_ARGS:-}
+    --keep-last-epochs "$average_last" --seed "$seed" --log-format simple --log-interval 50 ${TRAIN_ARGS:-}
 fi
 
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
