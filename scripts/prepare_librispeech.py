@@ -6,7 +6,8 @@ Output in ``--out``:
 
 - ``fbank80/SUBSET/UTT.npy``: 80-dim log-Mel filterbanks, 25 ms window, 10 ms shift (``T x 80`` float32),
   computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does
-  (``ssm_fairseq.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares);
+  (``ssm_fairseq.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares), and beside it
+  ``UTT.source``, the stamp of the FLAC it was computed from (path in the corpus, size, modification time);
 - ``SUBSET.tsv``: fairseq's manifest (``id audio n_frames tgt_text speaker``), transcripts lower-cased;
   with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
 - ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
@@ -16,10 +17,17 @@ Output in ``--out``:
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
-with progress logs; utterances whose ``.npy`` is already there are skipped, so an interrupted run resumes.
-Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line) is
-reported by file and utterance; the run then fails, unless ``--skip-bad`` is given, in which case the bad
-utterances are left out and listed in ``SUBSET.rejected.tsv``.
+with progress logs; an utterance whose complete ``.npy`` is there with the stamp of its FLAC as it is now is
+skipped, so an interrupted run resumes, and a replaced FLAC (or a feature file cut short) is featurised again.
+Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line, a
+transcript line that is not UTF-8, an utterance id used twice in a subset) is reported by file and utterance;
+the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left out and listed in
+``SUBSET.rejected.tsv``.
+
+Re-running into the same ``--out`` with the same inputs leaves the SentencePiece model and dictionary as they are
+(byte for byte). A run whose model or dictionary would differ from the ones already there (other training
+subsets or transcripts, or another ``--vocab-size`` than ``config.yaml`` names), which models trained on this
+directory use, is refused before any manifest is written, unless ``--overwrite-vocabulary`` is given.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import contextlib
 import logging
 import multiprocessing
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +46,9 @@ import sentencepiece as spm
 import torch
 import yaml
 
-from ssm_fairseq.audio_features import AudioError, filterbank_features
+from ssm_fairseq.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
+from ssm_fairseq.tasks.manifest_check import npy_shape
+from ssm_fairseq.text_files import file_lines, train_sentencepiece_model, utf8
 
 logger = logging.getLogger("prepare_librispeech")
 
@@ -65,23 +76,34 @@ class CorpusError(Exception):
         self.problems = problems
 
 
+class VocabularyError(Exception):
+    """This run's SentencePiece model or dictionary would replace a different one already in ``--out``."""
+
+
 def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], list[str]]:
     """The utterances of ``root/subset`` in transcript order, and the problems found reading the layout."""
     directory = root / subset
     if not directory.is_dir():
         raise FileNotFoundError(f"subset {subset!r} not found: {directory} is not a directory")
     utterances, problems, transcribed = [], [], set()
+    places: dict[str, list[str]] = {}  # utterance id -> every "FLAC (TRANSCRIPT:LINE)" that names it
     transcripts = sorted(directory.glob("*/*/*.trans.txt"))
     if not transcripts:
         problems.append(f"{directory}: no SPK/CHAPTER/SPK-CHAPTER.trans.txt files")
     for transcript in transcripts:
-        for line_number, line in enumerate(transcript.read_text(encoding="utf-8").splitlines(), 1):
+        for line_number, raw in enumerate(file_lines(transcript), 1):
+            try:
+                line = utf8(transcript, line_number, raw)
+            except ValueError as error:
+                problems.append(str(error))
+                continue
             if not line.strip():
                 continue
             utterance_id, _, text = line.strip().partition(" ")
             where = f"{transcript}:{line_number}: utterance {utterance_id}"
             audio = transcript.parent / f"{utterance_id}.flac"
             transcribed.add(audio)
+            places.setdefault(utterance_id, []).append(f"{audio} ({transcript}:{line_number})")
             if not text.strip():
                 problems.append(f"{where}: empty transcript")
             elif not audio.is_file():
@@ -92,24 +114,54 @@ def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], li
                                             out / "fbank80" / subset / f"{utterance_id}.npy"))
     for audio in sorted(set(directory.glob("*/*/*.flac")) - transcribed):
         problems.append(f"{audio}: audio file with no line in its chapter's .trans.txt")
-    return utterances, problems
+    shared = {utterance_id for utterance_id, named in places.items() if len(named) > 1}
+    for utterance_id in sorted(shared):  # one feature file and one manifest id each: all of them are refused
+        problems.append(f"utterance id {utterance_id} is used {len(places[utterance_id])} times in {subset}: "
+                        f"{'; '.join(places[utterance_id])}; ids must be unique within a subset")
+    return [u for u in utterances if u.id not in shared], problems
+
+
+def source_stamp(audio: Path) -> str:
+    """What identifies the audio a feature file was computed from: its place in the corpus (``SPK/CHAPTER/FILE``),
+    size and modification time."""
+    status = audio.stat()
+    return f"{'/'.join(audio.parts[-3:])}\t{status.st_size}\t{status.st_mtime_ns}\n"
+
+
+def stored_frames(utterance: Utterance, stamp: str) -> int | None:
+    """The frames of the utterance's stored features if they are complete and computed from the audio as it is
+    now (its ``.source`` stamp equals ``stamp``), else None (to compute: new, changed, or cut short)."""
+    try:
+        if utterance.features.with_suffix(".source").read_text(encoding="utf-8") != stamp:
+            return None
+        shape = npy_shape(utterance.features)
+    except (OSError, ValueError):  # no stamp, a stamp that is not text, features cut short
+        return None
+    return shape[0] if len(shape) == 2 and shape[0] > 0 and shape[1] == NUM_MEL_BINS else None
 
 
 def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
-    """Compute and store one utterance's features -> ``(id, frames, conversion)``, or ``(id, problem, None)``."""
-    if utterance.features.is_file():
-        try:
-            return utterance.id, np.load(utterance.features, mmap_mode="r").shape[0], None
-        except (ValueError, OSError):
-            pass  # a file cut short by an interrupted run: compute it again
+    """Compute and store one utterance's features and source stamp -> ``(id, frames, conversion)``, or
+    ``(id, problem, None)``; features stored from the same audio are reused (``stored_frames``)."""
     try:
+        stamp = source_stamp(utterance.audio)
+        frames = stored_frames(utterance, stamp)
+        if frames is not None:
+            return utterance.id, frames, None
         features, conversion = filterbank_features(utterance.audio)
     except AudioError as error:
         return utterance.id, f"{utterance.audio}: utterance {utterance.id}: {error.problem}", None
+    except OSError as error:
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None
+    stamp_file = utterance.features.with_suffix(".source")
+    stamp_file.unlink(missing_ok=True)  # no stamp of other audio beside these features, even if we stop midway
     utterance.features.parent.mkdir(parents=True, exist_ok=True)
     partial = utterance.features.with_suffix(".partial.npy")
     np.save(partial, features)
     partial.replace(utterance.features)
+    partial_stamp = stamp_file.with_suffix(".partial.source")
+    partial_stamp.write_text(stamp, encoding="utf-8")
+    partial_stamp.replace(stamp_file)
     return utterance.id, features.shape[0], conversion
 
 
@@ -157,12 +209,14 @@ def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, in
     partial.replace(path)
 
 
-def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:
-    """Unigram SentencePiece on ``texts``; writes ``spm_unigram{V}.model`` and its fairseq dictionary."""
-    prefix = out / f"spm_unigram{vocab_size}"
-    text_file = out / f"{prefix.name}.input.txt"
+def train_sentencepiece(texts: list[str], prefix: Path, vocab_size: int) -> None:
+    """Unigram SentencePiece on ``texts``: writes ``PREFIX.model`` and its fairseq dictionary ``PREFIX.txt``.
+
+    ``ValueError`` naming --vocab-size and the minimum if ``vocab_size`` is below the transcripts' characters.
+    """
+    text_file = prefix.with_name(f"{prefix.name}.input.txt")
     text_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
+    train_sentencepiece_model(
         input=str(text_file), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
         character_coverage=1.0, bos_id=0, pad_id=1, eos_id=2, unk_id=3, hard_vocab_limit=False,
         input_sentence_size=1_000_000, shuffle_input_sentence=True, num_threads=1, minloglevel=2,
@@ -171,8 +225,53 @@ def train_sentencepiece(texts: list[str], out: Path, vocab_size: int) -> str:
     model = spm.SentencePieceProcessor(model_file=f"{prefix}.model")
     pieces = [model.id_to_piece(i) for i in range(4, model.get_piece_size())]  # fairseq adds the 4 specials
     Path(f"{prefix}.txt").write_text("".join(f"{piece} 1\n" for piece in pieces), encoding="utf-8")
-    logger.info(f"SentencePiece unigram: {model.get_piece_size()} units (asked for {vocab_size}) -> {prefix}.model")
-    return prefix.name
+    logger.info(f"SentencePiece unigram: {model.get_piece_size()} units (asked for {vocab_size})")
+
+
+def _same_vocabulary_file(new: Path, old: Path) -> bool:
+    """Whether ``old`` holds the vocabulary ``new`` holds: the same dictionary text, or a SentencePiece model with
+    the same pieces and scores (a model also records where it was trained, which may differ)."""
+    if new.suffix != ".model":
+        return new.read_bytes() == old.read_bytes()
+
+    def pieces(path: Path) -> list[tuple[str, float]]:
+        model = spm.SentencePieceProcessor(model_file=str(path))
+        return [(model.id_to_piece(i), model.get_score(i)) for i in range(model.get_piece_size())]
+
+    try:
+        return pieces(new) == pieces(old)
+    except (OSError, RuntimeError):  # an unreadable old model is not the same one
+        return False
+
+
+def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
+    """Move the model and dictionary trained at prefix ``trained`` into ``out`` -> their name (``spm_unigram{V}``).
+
+    Files already there with the same vocabulary are left untouched (byte for byte); if one differs, or the
+    existing ``config.yaml`` names another vocabulary, ``VocabularyError`` (unless ``overwrite``): models trained
+    on ``out`` use the existing one.
+    """
+    name = trained.name
+    pairs = [(Path(f"{trained}{ext}"), out / f"{name}{ext}") for ext in (".model", ".txt")]
+    conflicts = [old for new, old in pairs if old.exists() and not _same_vocabulary_file(new, old)]
+    config = out / "config.yaml"
+    if config.is_file():
+        configured = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        dictionary = configured.get("vocab_filename")
+        if dictionary not in (None, f"{name}.txt"):
+            model = (configured.get("bpe_tokenizer") or {}).get("sentencepiece_model")
+            conflicts += [out / dictionary] + ([out / model] if model else [])
+    if conflicts and not overwrite:
+        raise VocabularyError(
+            f"this run's SentencePiece model and dictionary ({name}) differ from "
+            f"{', '.join(map(str, conflicts))} (other --train-subsets, transcripts or --vocab-size?), which models "
+            f"trained on {out} use: prepare into a new --out, or pass --overwrite-vocabulary to replace them")
+    for new, old in pairs:
+        if old in conflicts or not old.exists():
+            new.replace(old)
+    if conflicts:
+        logger.warning(f"--overwrite-vocabulary: replaced {', '.join(map(str, conflicts))} with {out / name}")
+    return name
 
 
 def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
@@ -192,43 +291,50 @@ def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUG
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
             skip_bad: bool = False, combine_train: str | None = None,
-            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
+            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"], overwrite_vocabulary: bool = False) -> None:
     """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
 
-    Raises ``CorpusError`` listing every problem unless ``skip_bad``.
+    Raises ``CorpusError`` listing every problem unless ``skip_bad``, and ``VocabularyError`` (before any
+    manifest is written) if the vocabulary would replace a different one unless ``overwrite_vocabulary``.
     """
     out.mkdir(parents=True, exist_ok=True)
     if not set(train_subsets) <= set(subsets):
         raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
     kept: dict[str, list[Utterance]] = {}
+    frames: dict[str, dict[str, int]] = {}
     all_problems: list[str] = []
     for subset in subsets:
         utterances, problems = read_subset(root, subset, out)
         results = extract_all(utterances, jobs, subset)
         problems += [result for result in results.values() if isinstance(result, str)]
-        frames = {uid: result for uid, result in results.items() if isinstance(result, int)}
-        kept[subset] = [u for u in utterances if u.id in frames]
+        frames[subset] = {uid: result for uid, result in results.items() if isinstance(result, int)}
+        kept[subset] = [u for u in utterances if u.id in frames[subset]]
+        rejected = out / f"{subset}.rejected.tsv"
+        rejected.unlink(missing_ok=True)  # no list left from an earlier run
         if problems:
             for problem in problems:
                 logger.error(problem)
-            (out / f"{subset}.rejected.tsv").write_text("".join(p + "\n" for p in problems), encoding="utf-8")
+            rejected.write_text("".join(p + "\n" for p in problems), encoding="utf-8")
         all_problems += problems
-        if not skip_bad and problems:
-            continue
-        write_manifest(out / f"{subset}.tsv", kept[subset], frames, out)
-        hours = sum(frames.values()) / 360000
-        logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
     if all_problems and not skip_bad:
         raise CorpusError(all_problems)
+    texts = [u.text for subset in train_subsets for u in kept[subset]]
+    if not texts:
+        raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
+    with tempfile.TemporaryDirectory(prefix=".spm-", dir=out) as scratch:
+        trained = Path(scratch) / f"spm_unigram{vocab_size}"
+        train_sentencepiece(texts, trained, vocab_size)
+        spm_name = install_vocabulary(trained, out, overwrite_vocabulary)
+    for subset in subsets:
+        write_manifest(out / f"{subset}.tsv", kept[subset], frames[subset], out)
+        hours = sum(frames[subset].values()) / 360000
+        logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
     if combine_train:
         with open(out / f"{combine_train}.tsv", "w", encoding="utf-8") as combined:
             for n, subset in enumerate(train_subsets):
                 lines = (out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
                 combined.writelines(lines if n == 0 else lines[1:])
-    texts = [u.text for subset in train_subsets for u in kept[subset]]
-    if not texts:
-        raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
-    write_config(out, train_sentencepiece(texts, out, vocab_size), time_mask_width)
+    write_config(out, spm_name, time_mask_width)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
+    parser.add_argument("--overwrite-vocabulary", action="store_true",
+                        help="replace a different SentencePiece model / dictionary already in --out (models "
+                             "trained on it will no longer match)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
@@ -256,11 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                      else [s for s in subsets if s.startswith("train")])
     try:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
-                args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width)
+                args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width,
+                args.overwrite_vocabulary)
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, VocabularyError) as error:
         logger.error(str(error))
         return 1
     return 0

@@ -21,25 +21,17 @@ from typing import Callable
 
 import sentencepiece as spm
 
+from ssm_fairseq.text_files import file_lines, read_lines, train_sentencepiece_model, utf8
+
 logger = logging.getLogger("prepare_mlm")
 SPLITS = ("train", "valid", "test")
 LABELLED_SPLITS = ("train", "valid")
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 file (whitespace-only lines become empty); an error names a missing or empty file."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    if not any(lines):
-        raise ValueError(f"{path}: no text")
-    return lines
-
-
 def sentencepiece_encoder(train_text: Path, out: Path, vocab_size: int) -> Callable[[str], str]:
     """Train a unigram model of at most ``vocab_size`` pieces (fewer if the text has fewer) on ``train_text``
-    (``out/spm.model``) and return text -> space-separated pieces."""
-    spm.SentencePieceTrainer.train(
+    (``out/spm.model``) and return text -> space-separated pieces. ``ValueError`` if ``vocab_size`` is too small."""
+    train_sentencepiece_model(
         input=str(train_text), model_prefix=str(out / "spm"), vocab_size=vocab_size, model_type="unigram",
         character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2, hard_vocab_limit=False,
     )
@@ -65,7 +57,8 @@ def write_encoded(lines: list[str], encode: Callable[[str], str], path: Path) ->
 def read_labelled(path: Path) -> tuple[list[str], list[str]]:
     """``label<TAB>text`` rows -> (labels, texts); an error names the file and line of a malformed row."""
     labels, texts = [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, raw in enumerate(file_lines(path), 1):
+        line = utf8(path, number, raw)
         label, sep, text = line.partition("\t")
         if not sep or not label.strip() or not text.strip() or " " in label.strip():
             raise ValueError(f"{path}:{number}: expected 'label<TAB>text' with a one-word label, got {line[:80]!r}")
@@ -92,16 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         documents = {split: read_lines(args.raw / f"{split}.txt") for split in SPLITS}
         labelled = {split: read_labelled(args.labelled / f"{split}.tsv") for split in LABELLED_SPLITS} \
             if args.labelled else {}
+        args.out.mkdir(parents=True, exist_ok=True)
+        if args.gpt2_encoder_json:
+            encode = gpt2_encoder(args.gpt2_encoder_json, args.gpt2_vocab_bpe)
+            logger.info("tokeniser: GPT-2 BPE from %s", args.gpt2_encoder_json)
+        else:
+            encode = sentencepiece_encoder(args.raw / "train.txt", args.out, args.vocab_size)
+            logger.info("tokeniser: SentencePiece unigram %d trained on %s", args.vocab_size,
+                        args.raw / "train.txt")
     except (OSError, ValueError) as error:
         logger.error("%s", error)
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.gpt2_encoder_json:
-        encode = gpt2_encoder(args.gpt2_encoder_json, args.gpt2_vocab_bpe)
-        logger.info("tokeniser: GPT-2 BPE from %s", args.gpt2_encoder_json)
-    else:
-        encode = sentencepiece_encoder(args.raw / "train.txt", args.out, args.vocab_size)
-        logger.info("tokeniser: SentencePiece unigram %d trained on %s", args.vocab_size, args.raw / "train.txt")
     for split, lines in documents.items():
         write_encoded(lines, encode, args.out / f"{split}.bpe")
         logger.info("%s: %d documents, %d paragraphs", split, sum(1 for i, line in enumerate(lines) if line and

@@ -20,7 +20,10 @@ batches of at most ``max_tokens`` frames (and ``batch_size`` files) as ``fairseq
 and decoded by the task's ``TransducerGenerator``; the units become words as ``fairseq-generate --post-process
 sentencepiece`` joins them (the recipe's WER). So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints
 for its features with the same search options and batches. Every file is checked before decoding:
-missing, unreadable, empty or too long ones are all named in one error, and none is skipped.
+missing, unreadable, empty or too long ones are all named in one error, and none is skipped. The command line
+refuses file names holding a tab or a line break (they would break its ``PATH<TAB>transcript`` lines). The
+checkpoint is checked as fairseq-generate checks it (``ssm_fairseq.checkpoint_checks``: CRCs, finite weights, and
+the dictionary it was trained with against the data directory's).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 from torch.nn.utils.rnn import pad_sequence
 
 from .audio_features import NUM_MEL_BINS, AudioError, audio_frames, filterbank_features
+from .checkpoint_checks import DictionaryMismatchError
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .generation.transducer_generator import NonFiniteScoreError
 from .tasks.speech_transducer import SEARCHES
@@ -139,7 +143,10 @@ class Transcriber:
                                 blank_penalty=blank_penalty)
         cfg = state["cfg"]
         self.task = tasks.setup_task(cfg.task)
-        self.model = self.task.build_model(cfg.model, from_checkpoint=True)
+        try:
+            self.model = self.task.build_model(cfg.model, from_checkpoint=True)
+        except DictionaryMismatchError as error:
+            raise DictionaryMismatchError(f"checkpoint {checkpoint}: {error}") from error
         self.model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         self.model.to(self.device)
         self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
@@ -268,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     precision.add_argument("--bf16", action="store_const", const="bfloat16", dest="precision",
                            help="decode in bfloat16, as fairseq-generate --bf16")
     args = parser.parse_args(argv)
+    unprintable = [path for path in args.audio if any(c in path for c in "\t\n\r")]
+    if unprintable:
+        parser.error(f"{unprintable[0]!r}: a file name holding a tab or a line break cannot be printed as "
+                     f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.transcribe.transcribe from Python)")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
     try:

@@ -5,17 +5,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from ssm_fairseq.tasks.manifest_check import check_manifest
 
 HEADER = "id\taudio\tn_frames\ttgt_text\tspeaker\n"
 
 
-def write_split(root: Path, rows: list[str]) -> None:
+def write_split(root: Path, rows: list[str], audio_root: Path | str | None = None) -> None:
+    """``root/dev.tsv`` with ``rows``, ``root/config.yaml`` whose ``audio_root`` is ``audio_root`` (default:
+    ``root``), and feature files under ``root/fbank80``."""
     (root / "fbank80").mkdir(parents=True, exist_ok=True)
     for name, frames, width in (("a", 7, 80), ("b", 5, 80), ("narrow", 5, 40)):
         np.save(root / "fbank80" / f"{name}.npy", np.zeros((frames, width), dtype=np.float32))
     (root / "dev.tsv").write_text(HEADER + "".join(row + "\n" for row in rows), encoding="utf-8")
+    config = {"input_feat_per_channel": 80, "audio_root": str(root if audio_root is None else audio_root)}
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 GOOD = ["utt-a\tfbank80/a.npy\t7\tthe cat\t19", "utt-b\tfbank80/b.npy\t5\ta \"dog\"\t26"]
@@ -47,4 +52,54 @@ def test_a_corrupt_feature_file_and_an_empty_manifest_are_named(tmp_path):
         check_manifest(tmp_path, "dev", 80)
     write_split(tmp_path, [])
     with pytest.raises(ValueError, match="dev.tsv: no utterances"):
+        check_manifest(tmp_path, "dev", 80)
+
+
+def fairseq_reads_every_row(root: Path) -> None:
+    """Load every row's features as fairseq's ``speech_to_text`` dataset does (raises if a path is wrong)."""
+    from fairseq.data import Dictionary
+    from fairseq.data.audio.data_cfg import S2TDataConfig
+    from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
+
+    config = S2TDataConfig(root / "config.yaml")
+    dataset = SpeechToTextDatasetCreator.from_tsv(str(root), config, "dev", Dictionary(), None, None,
+                                                  is_train_split=False, epoch=1, seed=1)
+    for index in range(len(dataset)):
+        dataset[index]
+
+
+def test_feature_paths_are_resolved_against_configs_audio_root_as_fairseq_does(tmp_path, monkeypatch):
+    features, data = tmp_path / "features", tmp_path / "data"
+    write_split(features, GOOD)  # the features live elsewhere; config.yaml's audio_root says where
+    data.mkdir()
+    (features / "dev.tsv").replace(data / "dev.tsv")
+    (data / "config.yaml").write_text(yaml.safe_dump({"input_feat_per_channel": 80, "audio_root": str(features)}))
+    assert check_manifest(data, "dev", 80) == 2
+    fairseq_reads_every_row(data)
+    # an empty audio_root: relative paths are relative to the working directory, as fairseq opens them
+    (data / "config.yaml").write_text(yaml.safe_dump({"input_feat_per_channel": 80, "audio_root": ""}))
+    monkeypatch.chdir(features)
+    assert check_manifest(data, "dev", 80) == 2
+    fairseq_reads_every_row(data)
+    monkeypatch.chdir(data)
+    with pytest.raises(ValueError, match=r"dev.tsv:2: utterance 'utt-a': feature file fbank80/a.npy does not exist"):
+        check_manifest(data, "dev", 80)
+
+
+def test_a_data_directory_moved_away_from_its_audio_root_is_refused(tmp_path):
+    moved = tmp_path / "moved"
+    write_split(moved, GOOD, audio_root=tmp_path / "where-it-was")  # features beside the manifest, config stale
+    with pytest.raises(ValueError, match=rf"dev.tsv:2: utterance 'utt-a': feature file {tmp_path}/where-it-was/"
+                                         r"fbank80/a.npy does not exist"):
+        check_manifest(moved, "dev", 80)
+    with pytest.raises(FileNotFoundError):
+        fairseq_reads_every_row(moved)  # what the check spares: fairseq failing at the first batch
+
+
+def test_a_feature_file_shorter_than_its_header_says_is_named(tmp_path):
+    write_split(tmp_path, GOOD)
+    full = (tmp_path / "fbank80/a.npy").read_bytes()
+    (tmp_path / "fbank80/a.npy").write_bytes(full[:-4])  # header intact, the last value cut off
+    with pytest.raises(ValueError, match=r"dev.tsv:2: utterance 'utt-a': .*a.npy is not a readable .npy file "
+                                         r"\(\d+ bytes where its header promises \d+\)"):
         check_manifest(tmp_path, "dev", 80)

@@ -128,3 +128,92 @@ def test_other_rates_and_channels_are_resampled_and_downmixed(tmp_path, caplog):
     assert features.shape == reference.shape
     # the mel axis is LibriSpeech's: the same filterbanks up to resampling error (log energies, nats)
     assert np.median(np.abs(features - reference)) < 0.1
+
+
+def test_an_utterance_id_used_in_two_chapters_is_refused_naming_both(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    first = corpus / "train-fixture/19/198/19-198-0001.flac"
+    other_chapter = corpus / "train-fixture/26/495"
+    second = other_chapter / first.name  # another recording under the same id
+    second.write_bytes((other_chapter / "26-495-0000.flac").read_bytes())
+    with open(other_chapter / "26-495.trans.txt", "a") as transcript:
+        transcript.write("19-198-0001 A DOG RAN IN THE PARK TODAY\n")
+    assert run(corpus, out) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("19-198-0001" in m and str(first) in m and str(second) in m for m in errors), errors
+    assert not (out / "train-fixture.tsv").exists()
+    # --skip-bad leaves both out (which transcript goes with which recording is unknown) and lists them.
+    assert run(corpus, out, "--skip-bad") == 0
+    assert [row["id"] for row in read_manifest(out / "train-fixture.tsv")] == ["19-198-0000", "26-495-0000"]
+    assert str(second) in (out / "train-fixture.rejected.tsv").read_text()
+
+
+def test_a_replaced_recording_is_featurised_again(tmp_path):
+    from ssm_fairseq.audio_features import filterbank_features
+
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out) == 0
+    chapter = corpus / "test-fixture/26/496"
+    longer = write_fixture(tmp_path / "longer", seconds=1.0) / "test-fixture/19/227/19-227-0000.flac"
+    longer.replace(chapter / "26-496-0000.flac")
+    (chapter / "26-496.trans.txt").write_text("26-496-0000 THE DOG SAT IN THE PARK\n")
+    assert run(corpus, out) == 0
+    row = {r["id"]: r for r in read_manifest(out / "test-fixture.tsv")}["26-496-0000"]
+    expected, _ = filterbank_features(chapter / "26-496-0000.flac")
+    assert row["tgt_text"] == "the dog sat in the park" and int(row["n_frames"]) == expected.shape[0]
+    assert np.array_equal(np.load(out / row["audio"]), expected)
+
+
+def test_a_zero_byte_feature_file_is_recomputed(tmp_path):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out) == 0
+    victim = out / "fbank80/train-fixture/19-198-0000.npy"
+    expected = np.load(victim)
+    victim.write_bytes(b"")  # as a crash can leave it
+    assert run(corpus, out, jobs=2) == 0
+    assert np.array_equal(np.load(victim), expected)
+
+
+def test_other_training_subsets_do_not_replace_the_vocabulary(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--train-subsets", "train-fixture") == 0
+    files = [out / "spm_unigram24.model", out / "spm_unigram24.txt"]
+    vocabulary = {path: path.read_bytes() for path in files}
+    assert run(corpus, out, "--train-subsets", "train-fixture") == 0  # the same inputs again: a resume
+    assert {path: path.read_bytes() for path in files} == vocabulary
+    caplog.clear()
+    assert run(corpus, out, "--train-subsets", "train-fixture,test-fixture") == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(out / "spm_unigram24.model") in errors[0], errors
+    assert "--overwrite-vocabulary" in errors[0] and "new --out" in errors[0]
+    assert {path: path.read_bytes() for path in files} == vocabulary
+    caplog.clear()
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     ",".join(SUBSETS), "--vocab-size", "26", "--jobs", "1"]) == 1
+    assert any(str(out / "spm_unigram24.txt") in r.getMessage() for r in caplog.records)
+    assert yaml.safe_load((out / "config.yaml").read_text())["vocab_filename"] == "spm_unigram24.txt"
+    assert run(corpus, out, "--train-subsets", "train-fixture,test-fixture", "--overwrite-vocabulary") == 0
+    assert (out / "spm_unigram24.txt").read_bytes() != vocabulary[out / "spm_unigram24.txt"]
+
+
+def test_a_vocabulary_smaller_than_the_character_set_is_named(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     ",".join(SUBSETS), "--vocab-size", "8", "--jobs", "1"]) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].startswith("--vocab-size 8 is too small"), errors
+    minimum = int(errors[0].split("use --vocab-size ")[1].split()[0])
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     ",".join(SUBSETS), "--vocab-size", str(minimum), "--jobs", "1"]) == 0
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(tmp_path / "d2"),
+                                     "--subsets", ",".join(SUBSETS), "--vocab-size", str(minimum - 1),
+                                     "--jobs", "1"]) == 1
+
+
+def test_a_transcript_line_that_is_not_utf8_is_named(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    transcript = corpus / "test-fixture/19/227/19-227.trans.txt"
+    transcript.write_bytes(b"19-227-0000 CAF\xe9 AU LAIT\n")  # Latin-1
+    assert run(corpus, out) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(m.startswith(f"{transcript}:1: not UTF-8") for m in errors), errors

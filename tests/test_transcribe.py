@@ -204,3 +204,27 @@ def test_cli_bf16_and_a_float16_overflow_names_the_files(trained):
         transcriber.transcribe(files[:2])
     assert sorted(problem.split(":")[0] for problem in error.value.problems) == sorted(map(str, files[:2]))
     assert all("not finite" in problem and "without --fp16" in problem for problem in error.value.problems)
+
+
+@pytest.mark.parametrize("name", ["tab\tin.flac", "line\nbreak.flac"])
+def test_cli_refuses_a_file_name_the_tsv_output_cannot_show(tmp_path, name):
+    """Refused before the checkpoint is read (this one does not exist): nothing is decoded or printed."""
+    audio = tmp_path / name
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(tmp_path / "none.pt"),
+                          "--cpu", str(audio)], capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 2 and out.stdout == ""
+    assert (f"error: {str(audio)!r}: a file name holding a tab or a line break cannot be printed as "
+            "PATH<TAB>transcript; rename the file") in out.stderr
+
+
+@pytest.mark.parametrize("option, flag, value", [("lenpen", "--lenpen", "nan"), ("blank_penalty", "--blank-penalty",
+                                                                                  "inf")])
+def test_non_finite_search_options_are_refused_naming_the_option(trained, option, flag, value):
+    _, checkpoint, files = trained
+    with pytest.raises(ValueError, match=f"^{flag} must be a finite number, got {value}$"):
+        Transcriber(checkpoint, device="cpu", **{option: float(value)})
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), flag,
+                          value, "--cpu", str(files[0])], capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1].endswith(f"| ERROR | ssm_fairseq.transcribe | {flag} must be a finite "
+                                                        f"number, got {value}")

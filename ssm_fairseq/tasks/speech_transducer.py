@@ -6,16 +6,31 @@ Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's
 ``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, and fairseq's
 ``--lenpen`` / ``--unnormalized`` for beam search's final ranking). Decoding stops, naming the utterance, at
 features with NaN or inf (training drops them: see the ``transducer`` criterion); ``--arch`` must be a transducer.
-"""
-import argparse
-from contextlib import nullcontext
 
+The model's configuration records the dictionary it is trained with: when training starts, ``build_model`` stores the
+SHA-256 of the dictionary of units and of the SentencePiece model (``config.yaml``'s ``vocab_filename`` and
+``bpe_tokenizer.sentencepiece_model``) as ``cfg.model.dictionary_fingerprint``, which fairseq saves in every
+checkpoint; building a model from a checkpoint (``fairseq-generate --path``, ``ssm_fairseq.transcribe``) refuses a
+data directory whose files differ (``DictionaryMismatchError``: its labels would decode to other units). Checkpoints
+saved before fingerprints are accepted with a warning.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
 import torch
 from fairseq.data.audio.speech_to_text_dataset import SpeechToTextDatasetCreator
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
 
+from ..checkpoint_checks import FINGERPRINT_KEY, DictionaryMismatchError, dictionary_fingerprint, \
+    fingerprint_differences
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from ..models.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
@@ -24,6 +39,8 @@ from .manifest_check import check_manifest
 from .seeded_items import SeededItems
 
 SEARCHES = ("exact", "modified")
+
+logger = logging.getLogger(__name__)
 
 # speech_to_text is an argparse task, so its checkpoints hold an argparse.Namespace; torch >= 2.6 loads
 # checkpoints with weights_only=True, which refuses it unless it is allow-listed (fairseq 0.12 predates this).
@@ -89,9 +106,38 @@ class SpeechTransducerTask(SpeechToTextTask):
         if self.data_cfg.input_channels != 1:
             raise ValueError(f"transducer models read one feature channel; {self.args.config_yaml} "
                              f"sets input_channels: {self.data_cfg.input_channels}")
+        if from_checkpoint:
+            self.check_dictionary(getattr(cfg, FINGERPRINT_KEY, None))
         with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
             cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
-        return LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
+        model = LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
+        if not from_checkpoint:  # training starts (or resumes): fairseq saves cfg.model in every checkpoint
+            with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
+                setattr(cfg, FINGERPRINT_KEY, self.dictionary_fingerprint())
+        return model
+
+    def dictionary_fingerprint(self) -> dict:
+        """The SHA-256 of this data directory's dictionary of units and SentencePiece model (those that exist)."""
+        root = Path(self.args.data)
+        files = {"dictionary": root / self.data_cfg.vocab_filename}
+        model = self.data_cfg.bpe_tokenizer.get("sentencepiece_model") if self.data_cfg.bpe_tokenizer else None
+        if model:
+            files["sentencepiece_model"] = root / model
+        return dictionary_fingerprint(files)
+
+    def check_dictionary(self, trained_with) -> None:
+        """Refuse to decode a model trained with other dictionary files (``trained_with``: its stored fingerprint,
+        None for a checkpoint saved before fingerprints, which is accepted with a warning)."""
+        if trained_with is None:
+            logger.warning("the checkpoint records no dictionary fingerprint (saved by an earlier version): cannot "
+                           f"check that it was trained with {self.args.data}'s dictionary")
+            return
+        differences = fingerprint_differences(trained_with, self.dictionary_fingerprint(), "the checkpoint (at "
+                                              "training)", "this data directory")
+        if differences:
+            raise DictionaryMismatchError(f"trained with other dictionary files than {self.args.data}'s, so its "
+                                          f"labels would decode to other units: {'; '.join(differences)}. Decode "
+                                          f"with the data directory it was trained on")
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         """As ``speech_to_text``, except what counts as a training split (SpecAugment, shuffling, fairseq's batch
@@ -103,7 +149,7 @@ class SpeechTransducerTask(SpeechToTextTask):
         """
         is_train_split = combine and split == getattr(self.args, "train_subset", None)
         for name in split.split(","):
-            check_manifest(self.args.data, name, self.data_cfg.input_feat_per_channel)
+            check_manifest(self.args.data, name, self.data_cfg.input_feat_per_channel, self.data_cfg.audio_root)
         dataset = SpeechToTextDatasetCreator.from_tsv(
             root=self.args.data, cfg=self.data_cfg, splits=split, tgt_dict=self.tgt_dict,
             pre_tokenizer=self.build_tokenizer(self.args), bpe_tokenizer=self.build_bpe(self.args),
@@ -118,11 +164,29 @@ class SpeechTransducerTask(SpeechToTextTask):
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
+        """fairseq's batches, with every utterance batched, and ``--max-tokens`` below an utterance's length refused
+        in one line naming the longest such utterance (fairseq asserts, naming none)."""
         # fairseq 0.12 batches by --max-tokens with --required-batch-size-multiple (8 by default) by dropping
         # utterances that do not fill a multiple (measured: 7 of the mini corpus's 600 in every epoch, and on a
         # sorted corpus always the same ones); in validation and decoding they would also be left out of the loss
         # and the WER. Every utterance is batched: the multiple is 1 here, whatever the flag says.
-        return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
+        try:
+            return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
+        except AssertionError as error:
+            max_tokens = kwargs.get("max_tokens")
+            if max_tokens is None or "max_tokens" not in str(error):
+                raise
+            raise ValueError(self._longer_than_max_tokens(dataset, max_tokens)) from error
+
+    def _longer_than_max_tokens(self, dataset, max_tokens: int) -> str:
+        """The error for utterances of ``dataset`` longer than ``max_tokens`` frames, naming the longest."""
+        sizes = np.array([dataset.num_tokens(i) for i in range(len(dataset))])
+        too_long = np.flatnonzero(sizes > max_tokens)
+        longest = int(too_long[sizes[too_long].argmax()])
+        split = next((name for name, loaded in self.datasets.items() if loaded is dataset), None)
+        return (f"{self.utterance_name(longest, split)}: {sizes[longest]} frames, more than --max-tokens "
+                f"{max_tokens} lets into a batch ({len(too_long)} utterance(s) of the split are longer): raise "
+                f"--max-tokens to at least {sizes[longest]}")
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Decode a batch, or stop naming its utterances whose features hold NaN or inf (their hypotheses would be
@@ -135,9 +199,10 @@ class SpeechTransducerTask(SpeechToTextTask):
                              f"garbage (re-extract the features or remove the utterance from the manifest)")
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
-    def utterance_name(self, sample_id: int) -> str:
-        """``sample_id`` of the split being decoded (``--gen-subset``) by its manifest and manifest id."""
-        split = getattr(self.args, "gen_subset", None)
+    def utterance_name(self, sample_id: int, split: str | None = None) -> str:
+        """``sample_id`` of ``split`` (default: the split being decoded, ``--gen-subset``) by its manifest and
+        manifest id."""
+        split = split or getattr(self.args, "gen_subset", None)
         ids = getattr(self.datasets.get(split), "ids", None)  # one manifest's dataset; a concatenation has none
         if ids is None:
             return f"sample id {sample_id}" + (f" of split {split}" if split else "")
@@ -148,12 +213,16 @@ class SpeechTransducerTask(SpeechToTextTask):
             raise ValueError("transducer search does not take --prefix-size")
         # fairseq's ranking flags: hypotheses compare by score / (len + 1) ** lenpen, or by score (--unnormalized)
         length_norm = 0.0 if getattr(args, "unnormalized", False) else getattr(args, "lenpen", 1.0)
+        blank_penalty = getattr(self.args, "blank_penalty", 0.0)
+        for flag, value in (("--lenpen", length_norm), ("--blank-penalty", blank_penalty)):
+            if not math.isfinite(value):
+                raise ValueError(f"{flag} must be a finite number, got {value}")
         limit = 1 if getattr(self.args, "search", "exact") == "modified" else self.args.max_symbols_per_frame
         # fairseq-generate converts the model for --fp16 (model.half()) but not for --bf16: the generator does
         dtype = torch.bfloat16 if getattr(self.args, "bf16", False) else None
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
                                    max_symbols_per_frame=limit, length_norm=length_norm,
-                                   blank_penalty=getattr(self.args, "blank_penalty", 0.0), dtype=dtype)
+                                   blank_penalty=blank_penalty, dtype=dtype)
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)

@@ -1,0 +1,238 @@
+"""Checks on every checkpoint fairseq reads for this package, each failing in one line that names the file.
+
+Every fairseq command reads checkpoints through ``fairseq.checkpoint_utils.load_checkpoint_to_cpu``
+(``fairseq-generate --path``, ``fairseq-eval-lm --path``, ``fairseq-train --restore-file`` / ``checkpoint_last.pt``,
+``ssm_fairseq.transcribe``, ``scripts/average_checkpoints.py``). fairseq offers no hook between the command line and
+that call, so importing this module (``ssm_fairseq/__init__.py`` does, and ``--user-dir`` imports the package before
+any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, once, by a wrapper that
+
+* tests the zip archive's CRC-32 of every member before ``torch.load`` (which does not): flipped bytes in a tensor
+  raise ``checkpoint PATH is corrupted: member X fails its CRC check`` (``CheckpointError``);
+* re-raises ``torch.load``'s errors on a truncated or foreign file (which name no file) with the path in front, as
+  the same exception type, chained to the original (``checkpoint PATH is truncated or not a checkpoint: ...``);
+* refuses NaN or inf in the model's parameters, naming the first such parameter (otherwise decoding would blame
+  the audio for the scores they make, and training would go on from them);
+* when ``fairseq-train`` resumes (``Trainer.load_checkpoint``, patched to say so), compares the checkpoint's model
+  configuration with the run's (``config_differences``) and refuses a difference, naming the fields.
+
+``load_model_ensemble_and_task`` (``fairseq-generate --path``) is wrapped too, to put the checkpoint's path in front
+of a ``DictionaryMismatchError`` raised by the task that builds its model.
+
+What is compared: every field of the stored model configuration (``cfg.model``) except dropout rates (fields whose
+name contains ``dropout`` or ``layerdrop``: regularisation, which a resumed or fine-tuned run may change) and the
+architecture's name (``_name``: ``--arch mssm_transducer`` and the same fields set by flags are the same model).
+``dictionary_fingerprint`` (``dictionary_fingerprint()``, filled by the ``speech_transducer`` task when training
+starts) is compared by the files' digests, not their paths. Models of argparse-only families keep the whole command
+line as ``cfg.model``; for them only ``arch`` is compared. Arguments, return values and every other error of the
+wrapped functions pass through unchanged; fairseq calls them through the module, so its own calls get the wrappers.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import logging
+import math
+import os
+import pickle
+import zipfile
+from argparse import Namespace
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq.trainer import Trainer
+from omegaconf import OmegaConf
+
+logger = logging.getLogger(__name__)
+
+FINGERPRINT_KEY = "dictionary_fingerprint"  # in cfg.model: {role: {"file": path, "sha256": hex digest}}
+_resumed_model_cfg: contextvars.ContextVar = contextvars.ContextVar("resumed_model_cfg", default=None)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that must not be used: corrupted bytes, non-finite weights, another model configuration."""
+
+
+class DictionaryMismatchError(CheckpointError):
+    """A model trained with other dictionary files than those it is given (its labels mean other units)."""
+
+
+def is_unreadable_file_error(error: BaseException) -> bool:
+    """Whether ``error`` from loading a checkpoint means its bytes are not a (whole) checkpoint.
+
+    A zip archive cut short (``PytorchStreamReader``), a legacy pickle cut short (``unexpected EOF``, ``EOFError``),
+    bytes that are no pickle (``UnpicklingError``, or ``KeyError`` from the unpickler's memo), or a pickle without
+    fairseq's keys (``KeyError``). Not: a whole pickle holding a class that ``torch.load`` refuses to unpickle
+    (``Unsupported global``), nor any other error.
+    """
+    message = str(error)
+    if isinstance(error, pickle.UnpicklingError):
+        return "Unsupported global" not in message
+    if isinstance(error, RuntimeError):
+        return "PytorchStreamReader" in message or "unexpected EOF" in message
+    return isinstance(error, (EOFError, KeyError))
+
+
+def corrupted_member(path: str | os.PathLike) -> str | None:
+    """The first member of the zip checkpoint at ``path`` whose bytes fail their CRC-32 (or its local header), or
+    None: none does, or the file is no readable zip archive (a legacy pickle; a truncated file, which ``torch.load``
+    then reports)."""
+    if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError):  # a central directory that points outside the file: torch.load says so
+        return None
+
+
+def first_non_finite_parameter(model_state: Mapping[str, Any]) -> str | None:
+    """``NAME (N of M values NaN or inf)`` for the first floating-point tensor of ``model_state`` holding NaN or
+    inf, or None."""
+    for name, value in model_state.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                return f"{name} ({bad} of {value.numel()} values NaN or inf)"
+    return None
+
+
+def dictionary_fingerprint(files: Mapping[str, str | os.PathLike]) -> dict[str, dict[str, str]]:
+    """``{role: {"file": absolute path, "sha256": digest of its bytes}}`` for each existing file of ``files``
+    (``{"dictionary": ..., "sentencepiece_model": ...}``); a missing file is left out."""
+    fingerprint = {}
+    for role, path in files.items():
+        path = Path(path)
+        if path.is_file():
+            fingerprint[role] = {"file": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return fingerprint
+
+
+def fingerprint_differences(first: Mapping | None, second: Mapping | None, first_label: str,
+                            second_label: str) -> list[str]:
+    """The roles whose files differ between two fingerprints, each as ``ROLE: FILE (sha256 ab12cd34ef56) in
+    FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL``; roles missing on either side are not compared."""
+    first, second = _plain(first) or {}, _plain(second) or {}
+    return [f"{role}: {first[role]['file']} (sha256 {first[role]['sha256'][:12]}) in {first_label}, "
+            f"{second[role]['file']} (sha256 {second[role]['sha256'][:12]}) in {second_label}"
+            for role in sorted(first.keys() & second.keys()) if first[role]["sha256"] != second[role]["sha256"]]
+
+
+def is_architecture_field(name: str) -> bool:
+    """Whether model field ``name`` is compared between checkpoints (see the module's docstring)."""
+    return name != "_name" and "dropout" not in name and "layerdrop" not in name and name != FINGERPRINT_KEY
+
+
+def config_differences(first: Any, second: Any, first_label: str, second_label: str) -> list[str]:
+    """The differences between two model configurations (``cfg.model``, stored or live), one string each:
+    ``FIELD: VALUE in FIRST_LABEL, VALUE in SECOND_LABEL`` for architecture fields, then the dictionary files
+    (``fingerprint_differences``)."""
+    first, second = _plain(first), _plain(second)
+    if isinstance(first, Namespace) or isinstance(second, Namespace):  # argparse models: the whole command line
+        first, second = ({"arch": getattr(c, "arch", None) if isinstance(c, Namespace) else c.get("_name")}
+                         for c in (first, second))
+    missing = object()
+    differences = [f"{name}: {_shown(first.get(name, missing))} in {first_label}, "
+                   f"{_shown(second.get(name, missing))} in {second_label}"
+                   for name in sorted(first.keys() | second.keys(), key=_field_order(first, second))
+                   if is_architecture_field(name) and not _same(first.get(name, missing), second.get(name, missing))]
+    return differences + fingerprint_differences(first.get(FINGERPRINT_KEY), second.get(FINGERPRINT_KEY),
+                                                 first_label, second_label)
+
+
+def _plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if OmegaConf.is_config(cfg) else cfg
+
+
+def _field_order(first: Mapping, second: Mapping):
+    order = {name: n for n, name in enumerate([*first, *(name for name in second if name not in first)])}
+    return order.__getitem__
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def _shown(value: Any) -> str:
+    return "(absent)" if not isinstance(value, (str, int, float, bool, type(None), list, dict)) else repr(value)
+
+
+def check_resumed_configuration(path: str, stored_model_cfg: Any, current_model_cfg: Any) -> None:
+    """Refuse to resume training from checkpoint ``path`` with another model configuration; warn when the
+    checkpoint predates dictionary fingerprints."""
+    differences = config_differences(stored_model_cfg, current_model_cfg, "the checkpoint", "this run")
+    if differences:
+        raise CheckpointError(f"checkpoint {path} holds another model than this run's flags describe: "
+                              f"{'; '.join(differences)}. Resume with the checkpoint's flags, or train in another "
+                              f"--save-dir (dropout rates may change)")
+    if FINGERPRINT_KEY not in (_plain(stored_model_cfg) or {}) and FINGERPRINT_KEY in (_plain(current_model_cfg) or {}):
+        logger.warning(f"checkpoint {path} records no dictionary fingerprint (saved by an earlier version): "
+                       f"cannot check that it was trained with this run's dictionary")
+
+
+def _checked(load):
+    @functools.wraps(load)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        member = corrupted_member(path)
+        if member is not None:
+            raise CheckpointError(f"checkpoint {path} is corrupted: member {member} fails its CRC check (damaged "
+                                  f"bytes): copy it again or use another epoch's checkpointN.pt")
+        try:
+            state = load(path, *args, **kwargs)
+        except (RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as error:
+            if not is_unreadable_file_error(error):
+                raise
+            reason = str(error)
+            if isinstance(error, (EOFError, KeyError)):  # whose message alone ('101', or nothing) says little
+                reason = f"{type(error).__name__} {reason}".rstrip()
+            raise type(error)(f"checkpoint {path} is truncated or not a checkpoint: {reason}") from error
+        bad = first_non_finite_parameter(state.get("model") or {})
+        if bad is not None:
+            raise CheckpointError(f"checkpoint {path} has non-finite weights: parameter {bad}; the model is "
+                                  f"damaged (training diverged or the file was altered): use another checkpoint")
+        resumed = _resumed_model_cfg.get()
+        if resumed is not None and state.get("cfg") is not None:
+            check_resumed_configuration(path, state["cfg"]["model"], resumed)
+        return state
+
+    load_checkpoint_to_cpu.checks_the_checkpoint = True
+    return load_checkpoint_to_cpu
+
+
+def _comparing_the_model(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def trainer_load_checkpoint(self, *args, **kwargs):
+        token = _resumed_model_cfg.set(self.cfg.model)
+        try:
+            return load_checkpoint(self, *args, **kwargs)
+        finally:
+            _resumed_model_cfg.reset(token)
+
+    trainer_load_checkpoint.checks_the_checkpoint = True
+    return trainer_load_checkpoint
+
+
+def _naming_the_checkpoint(load_ensemble):
+    @functools.wraps(load_ensemble)
+    def load_model_ensemble_and_task(filenames, *args, **kwargs):
+        try:
+            return load_ensemble(filenames, *args, **kwargs)
+        except DictionaryMismatchError as error:
+            names = filenames[0] if len(filenames) == 1 else f"one of {', '.join(filenames)}"
+            raise DictionaryMismatchError(f"checkpoint {names}: {error}") from error
+
+    load_model_ensemble_and_task.checks_the_checkpoint = True
+    return load_model_ensemble_and_task
+
+
+if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "checks_the_checkpoint", False):
+    checkpoint_utils.load_checkpoint_to_cpu = _checked(checkpoint_utils.load_checkpoint_to_cpu)
+if not getattr(checkpoint_utils.load_model_ensemble_and_task, "checks_the_checkpoint", False):
+    checkpoint_utils.load_model_ensemble_and_task = _naming_the_checkpoint(
+        checkpoint_utils.load_model_ensemble_and_task)
+if not getattr(Trainer.load_checkpoint, "checks_the_checkpoint", False):
+    Trainer.load_checkpoint = _comparing_the_model(Trainer.load_checkpoint)

@@ -1,0 +1,164 @@
+"""Checkpoints are checked before anything uses them (``ssm_fairseq.checkpoint_checks``).
+
+Damaged bytes (the zip's CRC), NaN weights, a dictionary other than the one trained with and a resumed run with
+other architecture flags each stop ``fairseq-generate``, ``fairseq-train --restore-file`` and
+``ssm_fairseq.transcribe`` in one line naming the checkpoint; a plain resume and a changed dropout still train.
+The model: TINY_MODEL trained two epochs (one update each) on the five-utterance fixture.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssm_fairseq.checkpoint_checks import CheckpointError, DictionaryMismatchError
+from ssm_fairseq.transcribe import Transcriber
+
+from cli import BIN, REPO, run_ok
+from test_fp16_decoding import prepare_fixture
+from test_librispeech_recipe import TINY_MODEL
+
+TRAIN = ["--user-dir", "ssm_fairseq", "--task", "speech_transducer", "--train-subset", "train-fixture", "--arch",
+         "mssm_transducer", *TINY_MODEL.split(), "--ssm-gating", "ihg", "--criterion", "transducer", "--optimizer",
+         "adam", "--lr", "1e-3", "--batch-size", "3", "--disable-validation", "--num-workers", "0", "--cpu"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    """``(data directory, checkpoint directory)``: ``checkpoint1.pt``, ``checkpoint2.pt``, ``checkpoint_last.pt``."""
+    root = tmp_path_factory.mktemp("checkpoint_integrity")
+    data = prepare_fixture(root, "--no-specaugment")
+    run_ok([str(BIN / "fairseq-train"), str(data), *TRAIN, "--max-epoch", "2", "--save-dir", str(root / "ckpt")])
+    return data, root / "ckpt"
+
+
+def audio_files(data: Path) -> list[Path]:
+    """The fixture's test FLAC files (``prepare_fixture`` writes the corpus beside the data directory)."""
+    return sorted((data.parent / "LibriSpeech/test-fixture").glob("*/*/*.flac"))
+
+
+def damage_a_tensor(source: Path, target: Path) -> str:
+    """Copy ``source`` to ``target`` with one bit flipped in the middle of its largest tensor's data (the zip
+    directory intact): the name of that zip member."""
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        info = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_length + extra_length + info.file_size // 2] ^= 0x04
+    target.write_bytes(data)
+    return info.filename
+
+
+def edited(source: Path, target: Path, edit) -> Path:
+    """``source``'s state after ``edit(state)``, saved at ``target``."""
+    state = torch.load(source, map_location="cpu", weights_only=False)
+    edit(state)
+    torch.save(state, target)
+    return target
+
+
+def generate(data: Path, checkpoint: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task",
+                           "speech_transducer", "--path", str(checkpoint), "--gen-subset", "test-fixture", "--beam",
+                           "2", "--scoring", "wer", "--cpu", *flags], capture_output=True, text=True, cwd=REPO)
+
+
+def resume(data: Path, checkpoint: Path, save_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "fairseq-train"), str(data), *TRAIN, *flags, "--max-epoch", "3",
+                           "--restore-file", str(checkpoint), "--save-dir", str(save_dir)],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.mark.parametrize("command", ["generate", "train", "transcribe"])
+def test_flipped_bytes_in_a_tensor_are_named(trained, tmp_path, command):
+    data, checkpoints = trained
+    damaged = tmp_path / "damaged.pt"
+    member = damage_a_tensor(checkpoints / "checkpoint_last.pt", damaged)
+    message = f"checkpoint {damaged} is corrupted: member {member} fails its CRC check"
+    if command == "transcribe":
+        with pytest.raises(CheckpointError, match=message):
+            Transcriber(damaged, device="cpu")
+        return
+    result = (generate(data, damaged, "--max-tokens", "10000") if command == "generate"
+              else resume(data, damaged, tmp_path / "resumed"))
+    assert result.returncode != 0 and "WER" not in result.stdout
+    assert message in result.stderr.splitlines()[-1]
+
+
+def test_non_finite_weights_are_refused_naming_the_parameter(trained, tmp_path):
+    data, checkpoints = trained
+    state = torch.load(checkpoints / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    name = next(n for n, value in state["model"].items() if value.is_floating_point() and value.numel() > 1)
+    size = state["model"][name].numel()
+
+    def poison(state):
+        state["model"][name].view(-1)[1] = float("nan")
+
+    bad = edited(checkpoints / "checkpoint_last.pt", tmp_path / "nan.pt", poison)
+    message = f"checkpoint {bad} has non-finite weights: parameter {name} (1 of {size} values NaN or inf)"
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Transcriber(bad, device="cpu")
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(bad),
+                          "--cpu", *map(str, audio_files(data))], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 1 and out.stdout == "" and message in out.stderr
+    assert "hypothesis scores are not finite" not in out.stderr
+
+
+def test_a_changed_dictionary_is_refused_naming_both(trained, tmp_path):
+    """prepare_librispeech.py run again into the data directory with other subsets writes another dictionary;
+    here the dictionary's first two units trade places (the same units, other label ids)."""
+    data, checkpoints = trained
+    checkpoint = checkpoints / "checkpoint_last.pt"
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=False)["cfg"]["model"]
+    assert stored["dictionary_fingerprint"]["dictionary"]["file"] == str(data / "spm_unigram24.txt")
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    lines = (other / "spm_unigram24.txt").read_text().splitlines(keepends=True)
+    (other / "spm_unigram24.txt").write_text("".join([lines[1], lines[0], *lines[2:]]))
+    expected = (f"checkpoint {checkpoint}: trained with other dictionary files than {other}'s, so its labels would "
+                f"decode to other units: dictionary: {data}/spm_unigram24.txt (sha256 ")
+    result = generate(other, checkpoint, "--max-tokens", "10000")
+    assert result.returncode != 0 and "WER" not in result.stdout
+    assert expected in result.stderr.splitlines()[-1] and f"{other}/spm_unigram24.txt (sha256 " in result.stderr
+    with pytest.raises(DictionaryMismatchError) as error:
+        Transcriber(checkpoint, data_dir=other, device="cpu")
+    assert str(error.value).startswith(expected)
+    assert Transcriber(checkpoint, data_dir=data, device="cpu").transcribe(audio_files(data)[:1])  # its own: fine
+
+
+def test_a_checkpoint_without_fingerprint_is_accepted_with_a_warning(trained, tmp_path, caplog):
+    data, checkpoints = trained
+    old = edited(checkpoints / "checkpoint_last.pt", tmp_path / "old.pt",
+                 lambda state: state["cfg"]["model"].pop("dictionary_fingerprint"))
+    with caplog.at_level(logging.WARNING):
+        Transcriber(old, device="cpu")
+    assert "the checkpoint records no dictionary fingerprint (saved by an earlier version)" in caplog.text
+
+
+def test_resuming_with_other_architecture_flags_is_refused_and_dropout_may_change(trained, tmp_path):
+    """``--ssm-gating glu`` on an ``ihg`` checkpoint keeps every shape: fairseq would train on from it."""
+    data, checkpoints = trained
+    checkpoint = checkpoints / "checkpoint_last.pt"
+    result = resume(data, checkpoint, tmp_path / "glu", "--ssm-gating", "glu")
+    assert result.returncode != 0 and "done training" not in result.stdout + result.stderr
+    assert (f"checkpoint {checkpoint} holds another model than this run's flags describe: ssm_gating: 'ihg' in "
+            f"the checkpoint, 'glu' in this run. Resume with") in result.stderr.splitlines()[-1]
+    result = resume(data, checkpoint, tmp_path / "dropout", "--dropout", "0.3")  # later flags win
+    assert result.returncode == 0 and "done training" in result.stdout + result.stderr, result.stderr[-3000:]
+
+
+def test_max_tokens_below_an_utterance_names_it(trained):
+    data, checkpoints = trained
+    result = generate(data, checkpoints / "checkpoint_last.pt", "--max-tokens", "30")
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[-1] == (
+        f"ValueError: {data}/test-fixture.tsv: utterance '19-227-0000' (sample id 0): 58 frames, more than "
+        f"--max-tokens 30 lets into a batch (2 utterance(s) of the split are longer): raise --max-tokens to at "
+        f"least 58")
