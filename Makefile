@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ssm_fairseq-setup
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo check-learning seed-spread clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,14 @@ test: setup
 # Trains and decodes a small MSSM transducer on the shipped mini corpus (CPU; resumes if run again).
 demo: setup
 	PYTHON_BIN=$(abspath $(BIN)) bash recipes/librispeech/run.sh --conf recipes/librispeech/conf/mini.sh
+
+# Learning guard (minutes, not part of test): the demo's first 6 epochs against a recorded known-good dev curve.
+check-learning: setup
+	$(BIN)/python scripts/check_learning.py
+
+# The demo over 5 seeds (WER mean, min and max; about 20 minutes on 2 cores with 2 seeds at a time).
+seed-spread: setup
+	PYTHON_BIN=$(abspath $(BIN)) bash scripts/seed_spread.sh --conf recipes/librispeech/conf/mini.sh --jobs 2
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,111 @@
+"""scripts/seed_spread.sh (the recipe over several seeds) and scripts/check_learning.py (the learning guard), on
+the five-utterance fixture with a tiny model."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fairseq import checkpoint_utils
+
+import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoints hold)
+
+from cli import BIN, REPO, run_ok
+from librispeech_fixture import write_fixture
+
+sys.path.insert(0, str(REPO / "scripts"))
+import check_learning  # noqa: E402
+
+TINY_MODEL = ("--encoder-layers 1 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
+              "--subsampler tr --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 --joint-dim 24")
+
+
+def _env(corpus: Path, **extra: str) -> dict:
+    return {**os.environ, "CORPUS_ROOT": str(corpus), "PYTHON_BIN": str(BIN), "TRAIN_SETS": "train-fixture",
+            "VALID_SETS": "test-fixture", "EVAL_SETS": "test-fixture", "VOCAB_SIZE": "24", "MODEL_ARGS": TINY_MODEL,
+            "MAX_EPOCH": "1", "AVERAGE_LAST": "1", "WARMUP_UPDATES": "2", "BEAM": "2", "OMP_NUM_THREADS": "1",
+            "TRAIN_ARGS": "--batch-size 2 --required-batch-size-multiple 1 --num-workers 0", **extra}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_fixture(tmp_path_factory.mktemp("seed_spread"))
+
+
+def test_seed_spread_trains_each_seed_and_summarises(corpus, tmp_path):
+    work = tmp_path / "spread"
+    out = run_ok(["bash", "scripts/seed_spread.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--seeds", "3 7",
+                  "--jobs", "2", "--work-dir", str(work)], env=_env(corpus))
+    wers = {}
+    for seed in (3, 7):
+        checkpoint = work / f"seed{seed}/checkpoints/mssm_transducer/checkpoint_avg1.pt"
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+        assert state["cfg"].common.seed == seed
+        assert state["cfg"].task.data == str(work / "data")  # one preparation shared by every seed
+        row = (work / f"seed{seed}/wer_mssm_transducer.md").read_text().splitlines()[2]
+        wers[seed] = float(row.strip("|").split("|")[1])
+        assert re.search(rf"^\| {seed} \| mssm_transducer \(beam 2\) \| {wers[seed]:.2f} \|$", out, flags=re.M)
+    assert not (work / "seed3/data").exists()
+    values = sorted(wers.values())
+    assert f"| mean | 2 seeds | {sum(values) / 2:.2f} |" in out
+    assert f"| min | 2 seeds | {values[0]:.2f} |" in out and f"| max | 2 seeds | {values[1]:.2f} |" in out
+    assert (work / "seed_spread.md").read_text() in out
+
+    again = run_ok(["bash", "scripts/seed_spread.sh", "--seeds", "3 7", "--work-dir", str(work)], env=_env(corpus))
+    assert again.count("exists, not re-run") == 2 and f"| min | 2 seeds | {values[0]:.2f} |" in again
+
+
+def test_seed_spread_fails_naming_the_seed_that_failed(corpus, tmp_path):
+    env = _env(corpus, MODEL_ARGS=TINY_MODEL + " --ssm-heads 3")  # 32 channels in 3 heads: the model refuses
+    result = subprocess.run(["bash", "scripts/seed_spread.sh", "--seeds", "5", "--work-dir", str(tmp_path / "w")],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode != 0
+    assert "seed 5 failed" in result.stderr and "no summary" in result.stderr
+    assert "| mean |" not in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [(["--seeds", "1 x"], "'x' is not a non-negative integer"),
+                                           (["--jobs", "0"], "--jobs must be a positive integer")])
+def test_seed_spread_refuses_bad_arguments(tmp_path, args, message):
+    result = subprocess.run(["bash", "scripts/seed_spread.sh", *args, "--work-dir", str(tmp_path)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_learning_curve_is_read_from_fairseq_train_logs():
+    log = ("2026-11-23 | INFO | dev | epoch 001 | valid on 'dev-mini' subset | loss 9.1 | rnnt_loss 4.431 | "
+           "aux_ctc_loss 5.9 | dropped 0\n"
+           "2026-11-23 | INFO | train | epoch 001 | loss 9.9 | rnnt_loss 5.0 | gnorm 11.2\n"
+           "2026-11-23 | INFO | dev | epoch 002 | valid on 'dev-mini' subset | loss 7.1 | rnnt_loss 2.93 | dropped 0\n")
+    assert check_learning.parse_curve(log) == {1: 4.431, 2: 2.93}
+
+
+def test_check_learning_passes_on_its_own_record_and_fails_on_a_better_one(corpus, tmp_path):
+    reference = tmp_path / "curve.tsv"
+    env = _env(corpus)
+    command = [sys.executable, "scripts/check_learning.py", "--epochs", "2", "--work-dir", str(tmp_path / "w"),
+               "--reference", str(reference)]
+    run_ok([*command, "--record"], env=env)
+    recorded = check_learning.read_reference(reference)
+    assert sorted(recorded) == [1, 2]
+
+    out = run_ok(command, env=env)  # deterministic: the same curve again
+    assert "learning check passed" in out
+    for epoch, loss in recorded.items():
+        assert f"| {epoch} | {loss:.3f} | {loss:.3f} |" in out
+
+    reference.write_text("epoch\tdev_rnnt_loss\n" + "".join(f"{e}\t{loss / 2}\n" for e, loss in recorded.items()))
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 1 and "SLOWER" in result.stdout
+    assert "learning is slower than the recorded curve at epoch(s) [1, 2]" in result.stderr
+
+
+def test_check_learning_refuses_a_reference_shorter_than_the_epochs(tmp_path):
+    reference = tmp_path / "curve.tsv"
+    reference.write_text("epoch\tdev_rnnt_loss\n1\t4.0\n")
+    result = subprocess.run([sys.executable, "scripts/check_learning.py", "--epochs", "3", "--reference",
+                             str(reference), "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and "has no loss for epoch(s) [2, 3]" in result.stderr
