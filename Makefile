@@ -8,7 +8,7 @@ STAMP := $(VENV)/.ssm_fairseq-setup
 
 setup: $(STAMP)
 
-$(STAMP): setup.py Makefile
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torchaudio 2.11's binary loads only with torch 2.11.

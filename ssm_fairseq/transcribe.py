@@ -1,9 +1,9 @@
 """Audio files -> text with a trained transducer checkpoint, decoded as ``fairseq-generate`` decodes.
 
-    python -m ssm_fairseq.transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt \\
-        a.flac b.wav ...
+    ssm-transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt a.flac b.wav ...
 
-prints ``PATH<TAB>transcript`` for every file, in the order given. From Python::
+(the installed command; ``python -m ssm_fairseq.transcribe`` is the same) prints ``PATH<TAB>transcript`` for every
+file, in the order given. From Python::
 
     from ssm_fairseq.transcribe import Transcriber, transcribe
     texts = transcribe(["a.flac", "b.wav"], checkpoint="checkpoint_avg10.pt")  # loads the model, then decodes
@@ -247,7 +247,7 @@ def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, **options) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ssm_fairseq.transcribe",
+    parser = argparse.ArgumentParser(prog="ssm-transcribe",
                                      description="Transcribe audio files with a speech_transducer checkpoint: "
                                                  "prints PATH<TAB>transcript per file, in input order.")
     parser.add_argument("audio", nargs="+", help="audio files (any format soundfile reads, any rate and channels)")

@@ -25,6 +25,8 @@ from cli import BIN, REPO, run_ok
 from test_fp16_decoding import prepare_fixture
 from test_librispeech_recipe import TINY_MODEL
 
+pytestmark = pytest.mark.slow
+
 TRAIN = ["--user-dir", "ssm_fairseq", "--task", "speech_transducer", "--train-subset", "train-fixture", "--arch",
          "mssm_transducer", *TINY_MODEL.split(), "--ssm-gating", "ihg", "--criterion", "transducer", "--optimizer",
          "adam", "--lr", "1e-3", "--batch-size", "3", "--disable-validation", "--num-workers", "0", "--cpu"]

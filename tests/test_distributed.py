@@ -42,6 +42,8 @@ import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoint
 from cli import BIN, REPO, run_ok
 from librispeech_fixture import write_fixture
 
+pytestmark = pytest.mark.slow
+
 CPU_DDP = "--cpu --distributed-backend gloo --num-workers 0 --log-format json --log-interval 1"
 TRANSDUCER = ("--encoder-layers 2 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
               "--subsampler tr --tr-stride 2 --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 "

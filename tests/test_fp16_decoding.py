@@ -20,6 +20,8 @@ from ssm_fairseq.generation import TransducerGenerator
 from ssm_fairseq.generation.hypothesis import joint_log_probs, start_predictor
 from test_librispeech_recipe import TINY_MODEL
 
+pytestmark = pytest.mark.slow
+
 SPLIT = "train-fixture"
 UTTERANCES = sum(map(len, TRANSCRIPTS[SPLIT].values()))
 WORDS = sum(len(line.split()) for lines in TRANSCRIPTS[SPLIT].values() for line in lines)

@@ -67,3 +67,26 @@ def test_the_kernels_need_no_fairseq():
         """)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "(1, 8, 16) []"
+
+
+def test_user_dir_prints_the_imported_package_directory(tmp_path):
+    """``python -m ssm_fairseq.user_dir``: the directory to give ``--user-dir``, that of the package imported."""
+    result = subprocess.run([sys.executable, "-m", "ssm_fairseq.user_dir"], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import ssm_fairseq
+    assert result.stdout == f"{Path(ssm_fairseq.__file__).parent}\n"  # the path alone on stdout, for $(...)
+
+
+def test_console_commands_are_package_functions():
+    """Each ``[project.scripts]`` entry of pyproject.toml names a ``main`` inside the package, so an installed
+    package runs it without the clone's scripts/."""
+    import importlib
+    import tomllib
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert sorted(scripts) == ["ssm-average-checkpoints", "ssm-plot-kernels", "ssm-prepare-librispeech",
+                               "ssm-transcribe"]
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        assert module.startswith("ssm_fairseq.") and function == "main", (name, target)
+        assert callable(getattr(importlib.import_module(module), function)), (name, target)

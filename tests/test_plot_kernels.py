@@ -1,15 +1,10 @@
 """scripts/plot_kernels.py: kernels found in a state dict, rebuilt, and averaged per head exactly as the layer's."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
+from ssm_fairseq.cli import plot_kernels
 from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import plot_kernels  # noqa: E402
 
 
 def test_head_curves_are_the_layers_own_kernels_averaged_per_head():

@@ -16,6 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from fairseq.data import Dictionary
@@ -24,6 +25,8 @@ from fairseq.tokenizer import tokenize_line
 from cli import BIN, REPO, run_ok
 from test_fp16_decoding import prepare_fixture
 from test_librispeech_recipe import TINY_MODEL
+
+pytestmark = pytest.mark.slow
 
 
 def per_update_log(out: str) -> dict[int, dict]:

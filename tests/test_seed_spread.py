@@ -19,6 +19,8 @@ from librispeech_fixture import write_fixture
 sys.path.insert(0, str(REPO / "scripts"))
 import check_learning  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 TINY_MODEL = ("--encoder-layers 1 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
               "--subsampler tr --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 --joint-dim 24")
 

@@ -26,6 +26,8 @@ from ssm_fairseq.transcribe import PRECISIONS, InputError, Transcriber, transcri
 from cli import BIN, REPO, run_ok
 from test_librispeech_recipe import TINY_MODEL
 
+pytestmark = pytest.mark.slow
+
 MINI = REPO / "recipes/librispeech/mini/LibriSpeech"
 # Searches through padded batches (max_tokens 500: 3 then 2 of the 131-216-frame test files; or 2, 2, 1 files).
 # A blank penalty far above the logits' spread makes every frame emit labels, so no hypothesis compared is empty.

@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TransducerCriterionConfig(FairseqDataclass):
+    """Options of ``--criterion transducer`` (one field per command-line flag, ``--rnnt-backend`` ...)."""
+
     rnnt_backend: ChoiceEnum(["auto", "torchaudio", "pytorch"]) = field(
         default="auto", metadata={"help": "auto: torchaudio's fused rnnt_loss when it imports, else exact PyTorch"}
     )
@@ -68,6 +70,14 @@ def strip_eos(target: Tensor, lengths: Tensor, eos: int) -> tuple[Tensor, Tensor
 
 @register_criterion("transducer", dataclass=TransducerCriterionConfig)
 class TransducerCriterion(FairseqCriterion):
+    """``--criterion transducer``: the RNN-T loss of a ``*_transducer`` model, summed over the batch.
+
+    Main options: ``--rnnt-loss full|pruned`` (the whole lattice, or k2's pruned loss with ``--prune-range``,
+    ``--simple-loss-scale``, ``--prune-warmup-updates``), ``--rnnt-backend auto|torchaudio|pytorch``,
+    ``--joint-sub-batch N`` (joiner and loss N utterances at a time) and ``--aux-ctc-weight`` (models built with
+    ``--aux-ctc-every``). Utterances that cannot be scored are dropped from the step and counted (module doc).
+    """
+
     def __init__(self, cfg: TransducerCriterionConfig, task):
         super().__init__(task)
         self.backend, self.sub_batch, self.aux_weight = cfg.rnnt_backend, cfg.joint_sub_batch, cfg.aux_ctc_weight

@@ -17,6 +17,8 @@ from omegaconf import II
 
 @dataclass
 class WarmupHoldExpDecayConfig(FairseqDataclass):
+    """Options of ``--lr-scheduler warmup_hold_exp_decay``; the peak is the optimizer's one ``--lr``."""
+
     warmup_updates: int = field(default=8000, metadata={"help": "linear warmup from 0 to --lr over N updates"})
     hold_until_epoch: int = field(default=60, metadata={"help": "keep the peak --lr until the end of this epoch"})
     decay_per_epoch: float = field(default=0.96, metadata={"help": "multiply the lr by this every later epoch"})
@@ -25,6 +27,9 @@ class WarmupHoldExpDecayConfig(FairseqDataclass):
 
 @register_lr_scheduler("warmup_hold_exp_decay", dataclass=WarmupHoldExpDecayConfig)
 class WarmupHoldExpDecaySchedule(FairseqLRScheduler):
+    """``--lr-scheduler warmup_hold_exp_decay``: linear warmup over ``--warmup-updates``, the peak ``--lr`` held
+    until ``--hold-until-epoch``, then times ``--decay-per-epoch`` each later epoch (formula in the module doc)."""
+
     def __init__(self, cfg: WarmupHoldExpDecayConfig, optimizer):
         super().__init__(cfg, optimizer)
         if isinstance(cfg.lr, Collection) and len(cfg.lr) > 1:

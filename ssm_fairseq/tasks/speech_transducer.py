@@ -1,8 +1,8 @@
 """Task ``speech_transducer``: fairseq's ``speech_to_text`` data, trained and decoded as a transducer.
 
 Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's speech-to-text layer unchanged;
-``scripts/prepare_librispeech.py`` writes it. This task builds the ``transducer`` models and, for
-``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
+``ssm-prepare-librispeech`` (``scripts/prepare_librispeech.py``) writes it. This task builds the ``transducer``
+models and, for ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
 ``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, and fairseq's
 ``--lenpen`` / ``--unnormalized`` for beam search's final ranking). Decoding stops, naming the utterance, at
 features with NaN or inf (training drops them: see the ``transducer`` criterion); ``--arch`` must be a transducer.
@@ -75,6 +75,14 @@ class PiecesOrTextDecoder:
 
 @register_task("speech_transducer")
 class SpeechTransducerTask(SpeechToTextTask):
+    """``--task speech_transducer``: fairseq's ``speech_to_text`` data (``DATA/config.yaml``, ``SPLIT.tsv``) for
+    ``*_transducer`` models, decoded by transducer search in ``fairseq-generate``.
+
+    Options besides ``speech_to_text``'s: ``--search exact|modified``, ``--max-symbols-per-frame N`` and
+    ``--blank-penalty P``; ``--beam``, ``--nbest``, ``--lenpen`` and ``--unnormalized`` are fairseq's. Manifests
+    are checked when loaded, and the dictionary is checked against the one a checkpoint was trained with.
+    """
+
     @classmethod
     def add_args(cls, parser):
         """The task's options; ``--arch`` of another model family stops the parser in one line (``task_check``)."""

@@ -1,0 +1,385 @@
+"""LibriSpeech (or any corpus in its layout) -> fairseq speech-to-text data for ``--task speech_transducer``.
+
+Input: ``ROOT/SUBSET/SPK/CHAPTER/SPK-CHAPTER-UTT.flac`` and one ``SPK-CHAPTER.trans.txt`` per chapter.
+Output in ``--out``:
+
+- ``fbank80/SUBSET/UTT.npy``: 80-dim log-Mel filterbanks, 25 ms window, 10 ms shift (``T x 80`` float32),
+  computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does
+  (``ssm_fairseq.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares), and beside it
+  ``UTT.source``, the stamp of the FLAC it was computed from (path in the corpus, size, modification time);
+- ``SUBSET.tsv``: fairseq's manifest (``id audio n_frames tgt_text speaker``), transcripts lower-cased;
+  with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
+- ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
+  its fairseq dictionary (ids agree: 0 ``<s>``, the transducer's blank, 1 ``<pad>``, 2 ``</s>``, 3 ``<unk>``);
+- ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets
+  unless ``--no-specaugment``.
+
+Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
+kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
+with progress logs; an utterance whose complete ``.npy`` is there with the stamp of its FLAC as it is now is
+skipped, so an interrupted run resumes, and a replaced FLAC (or a feature file cut short) is featurised again.
+Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line, a
+transcript line that is not UTF-8, an utterance id used twice in a subset) is reported by file and utterance;
+the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left out and listed in
+``SUBSET.rejected.tsv``.
+
+Re-running into the same ``--out`` with the same inputs leaves the SentencePiece model and dictionary as they are
+(byte for byte). A run whose model or dictionary would differ from the ones already there (other training
+subsets or transcripts, or another ``--vocab-size`` than ``config.yaml`` names), which models trained on this
+directory use, is refused before any manifest is written, unless ``--overwrite-vocabulary`` is given.
+
+    ssm-prepare-librispeech --librispeech-root LibriSpeech --out data --vocab-size 4096
+
+(``python scripts/prepare_librispeech.py`` in the repository runs the same ``main``.)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import multiprocessing
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import torch
+import yaml
+
+from ssm_fairseq.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
+from ssm_fairseq.tasks.manifest_check import npy_shape
+from ssm_fairseq.text_files import file_lines, train_sentencepiece_model, utf8
+
+logger = logging.getLogger("prepare_librispeech")
+
+LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
+                       "test-clean", "test-other"]
+MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
+SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
+                  "time_wrap_W": 0}
+
+
+@dataclass
+class Utterance:
+    """One utterance of a subset: its transcript line, its FLAC and where its features go."""
+
+    id: str
+    audio: Path  # the FLAC file
+    text: str
+    speaker: str
+    features: Path  # where its filterbanks go
+
+
+class CorpusError(Exception):
+    """Problems in the corpus, one line each, naming the file and utterance."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class VocabularyError(Exception):
+    """This run's SentencePiece model or dictionary would replace a different one already in ``--out``."""
+
+
+def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], list[str]]:
+    """The utterances of ``root/subset`` in transcript order, and the problems found reading the layout."""
+    directory = root / subset
+    if not directory.is_dir():
+        raise FileNotFoundError(f"subset {subset!r} not found: {directory} is not a directory")
+    utterances, problems, transcribed = [], [], set()
+    places: dict[str, list[str]] = {}  # utterance id -> every "FLAC (TRANSCRIPT:LINE)" that names it
+    transcripts = sorted(directory.glob("*/*/*.trans.txt"))
+    if not transcripts:
+        problems.append(f"{directory}: no SPK/CHAPTER/SPK-CHAPTER.trans.txt files")
+    for transcript in transcripts:
+        for line_number, raw in enumerate(file_lines(transcript), 1):
+            try:
+                line = utf8(transcript, line_number, raw)
+            except ValueError as error:
+                problems.append(str(error))
+                continue
+            if not line.strip():
+                continue
+            utterance_id, _, text = line.strip().partition(" ")
+            where = f"{transcript}:{line_number}: utterance {utterance_id}"
+            audio = transcript.parent / f"{utterance_id}.flac"
+            transcribed.add(audio)
+            places.setdefault(utterance_id, []).append(f"{audio} ({transcript}:{line_number})")
+            if not text.strip():
+                problems.append(f"{where}: empty transcript")
+            elif not audio.is_file():
+                problems.append(f"{where}: audio file missing: {audio}")
+            else:
+                speaker = utterance_id.split("-")[0]
+                utterances.append(Utterance(utterance_id, audio, " ".join(text.lower().split()), speaker,
+                                            out / "fbank80" / subset / f"{utterance_id}.npy"))
+    for audio in sorted(set(directory.glob("*/*/*.flac")) - transcribed):
+        problems.append(f"{audio}: audio file with no line in its chapter's .trans.txt")
+    shared = {utterance_id for utterance_id, named in places.items() if len(named) > 1}
+    for utterance_id in sorted(shared):  # one feature file and one manifest id each: all of them are refused
+        problems.append(f"utterance id {utterance_id} is used {len(places[utterance_id])} times in {subset}: "
+                        f"{'; '.join(places[utterance_id])}; ids must be unique within a subset")
+    return [u for u in utterances if u.id not in shared], problems
+
+
+def source_stamp(audio: Path) -> str:
+    """What identifies the audio a feature file was computed from: its place in the corpus (``SPK/CHAPTER/FILE``),
+    size and modification time."""
+    status = audio.stat()
+    return f"{'/'.join(audio.parts[-3:])}\t{status.st_size}\t{status.st_mtime_ns}\n"
+
+
+def stored_frames(utterance: Utterance, stamp: str) -> int | None:
+    """The frames of the utterance's stored features if they are complete and computed from the audio as it is
+    now (its ``.source`` stamp equals ``stamp``), else None (to compute: new, changed, or cut short)."""
+    try:
+        if utterance.features.with_suffix(".source").read_text(encoding="utf-8") != stamp:
+            return None
+        shape = npy_shape(utterance.features)
+    except (OSError, ValueError):  # no stamp, a stamp that is not text, features cut short
+        return None
+    return shape[0] if len(shape) == 2 and shape[0] > 0 and shape[1] == NUM_MEL_BINS else None
+
+
+def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
+    """Compute and store one utterance's features and source stamp -> ``(id, frames, conversion)``, or
+    ``(id, problem, None)``; features stored from the same audio are reused (``stored_frames``)."""
+    try:
+        stamp = source_stamp(utterance.audio)
+        frames = stored_frames(utterance, stamp)
+        if frames is not None:
+            return utterance.id, frames, None
+        features, conversion = filterbank_features(utterance.audio)
+    except AudioError as error:
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: {error.problem}", None
+    except OSError as error:
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None
+    stamp_file = utterance.features.with_suffix(".source")
+    stamp_file.unlink(missing_ok=True)  # no stamp of other audio beside these features, even if we stop midway
+    utterance.features.parent.mkdir(parents=True, exist_ok=True)
+    partial = utterance.features.with_suffix(".partial.npy")
+    np.save(partial, features)
+    partial.replace(utterance.features)
+    partial_stamp = stamp_file.with_suffix(".partial.source")
+    partial_stamp.write_text(stamp, encoding="utf-8")
+    partial_stamp.replace(stamp_file)
+    return utterance.id, features.shape[0], conversion
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str, int | str]:
+    """Features of every utterance on ``jobs`` processes, logging progress -> id: frames or problem."""
+    results: dict[str, int | str] = {}
+    conversions: dict[str, int] = {}
+    start, every = time.time(), max(1, len(utterances) // 20)
+    chunk = 8
+    jobs = min(jobs, -(-len(utterances) // chunk))  # no process without a chunk of utterances to do
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker))
+            finished = pool.imap_unordered(extract, utterances, chunksize=chunk)
+        else:
+            finished = map(extract, utterances)
+        for done, (utterance_id, result, conversion) in enumerate(finished, 1):
+            results[utterance_id] = result
+            if conversion:
+                conversions[conversion] = conversions.get(conversion, 0) + 1
+            if done % every == 0 or done == len(utterances):
+                elapsed = time.time() - start
+                logger.info(f"{label}: {done}/{len(utterances)} utterances, {elapsed:.0f}s elapsed, "
+                            f"about {elapsed / done * (len(utterances) - done):.0f}s left")
+    for conversion, count in sorted(conversions.items()):
+        logger.info(f"{label}: {count} utterances not 16 kHz mono: {conversion} (to 16 kHz mono)")
+    return results
+
+
+def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, int], out: Path) -> None:
+    """fairseq's manifest, written atomically (a temporary file renamed into place).
+
+    fairseq reads it with ``csv.QUOTE_NONE`` and no quote character: fields are written verbatim, so quotes and
+    any UTF-8 text round-trip (transcripts were read with their whitespace normalised to single spaces).
+    """
+    rows = ["\t".join(MANIFEST_COLUMNS)]
+    for u in utterances:
+        rows.append("\t".join([u.id, u.features.relative_to(out).as_posix(), str(frames[u.id]), u.text, u.speaker]))
+    partial = path.with_suffix(".partial.tsv")
+    partial.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    partial.replace(path)
+
+
+def train_sentencepiece(texts: list[str], prefix: Path, vocab_size: int) -> None:
+    """Unigram SentencePiece on ``texts``: writes ``PREFIX.model`` and its fairseq dictionary ``PREFIX.txt``.
+
+    ``ValueError`` naming --vocab-size and the minimum if ``vocab_size`` is below the transcripts' characters.
+    """
+    text_file = prefix.with_name(f"{prefix.name}.input.txt")
+    text_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    train_sentencepiece_model(
+        input=str(text_file), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
+        character_coverage=1.0, bos_id=0, pad_id=1, eos_id=2, unk_id=3, hard_vocab_limit=False,
+        input_sentence_size=1_000_000, shuffle_input_sentence=True, num_threads=1, minloglevel=2,
+    )
+    text_file.unlink()
+    model = spm.SentencePieceProcessor(model_file=f"{prefix}.model")
+    pieces = [model.id_to_piece(i) for i in range(4, model.get_piece_size())]  # fairseq adds the 4 specials
+    Path(f"{prefix}.txt").write_text("".join(f"{piece} 1\n" for piece in pieces), encoding="utf-8")
+    logger.info(f"SentencePiece unigram: {model.get_piece_size()} units (asked for {vocab_size})")
+
+
+def _same_vocabulary_file(new: Path, old: Path) -> bool:
+    """Whether ``old`` holds the vocabulary ``new`` holds: the same dictionary text, or a SentencePiece model with
+    the same pieces and scores (a model also records where it was trained, which may differ)."""
+    if new.suffix != ".model":
+        return new.read_bytes() == old.read_bytes()
+
+    def pieces(path: Path) -> list[tuple[str, float]]:
+        model = spm.SentencePieceProcessor(model_file=str(path))
+        return [(model.id_to_piece(i), model.get_score(i)) for i in range(model.get_piece_size())]
+
+    try:
+        return pieces(new) == pieces(old)
+    except (OSError, RuntimeError):  # an unreadable old model is not the same one
+        return False
+
+
+def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
+    """Move the model and dictionary trained at prefix ``trained`` into ``out`` -> their name (``spm_unigram{V}``).
+
+    Files already there with the same vocabulary are left untouched (byte for byte); if one differs, or the
+    existing ``config.yaml`` names another vocabulary, ``VocabularyError`` (unless ``overwrite``): models trained
+    on ``out`` use the existing one.
+    """
+    name = trained.name
+    pairs = [(Path(f"{trained}{ext}"), out / f"{name}{ext}") for ext in (".model", ".txt")]
+    conflicts = [old for new, old in pairs if old.exists() and not _same_vocabulary_file(new, old)]
+    config = out / "config.yaml"
+    if config.is_file():
+        configured = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        dictionary = configured.get("vocab_filename")
+        if dictionary not in (None, f"{name}.txt"):
+            model = (configured.get("bpe_tokenizer") or {}).get("sentencepiece_model")
+            conflicts += [out / dictionary] + ([out / model] if model else [])
+    if conflicts and not overwrite:
+        raise VocabularyError(
+            f"this run's SentencePiece model and dictionary ({name}) differ from "
+            f"{', '.join(map(str, conflicts))} (other --train-subsets, transcripts or --vocab-size?), which models "
+            f"trained on {out} use: prepare into a new --out, or pass --overwrite-vocabulary to replace them")
+    for new, old in pairs:
+        if old in conflicts or not old.exists():
+            new.replace(old)
+    if conflicts:
+        logger.warning(f"--overwrite-vocabulary: replaced {', '.join(map(str, conflicts))} with {out / name}")
+    return name
+
+
+def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
+    """``config.yaml``; ``time_mask_width`` None: no SpecAugment."""
+    config = {
+        "input_feat_per_channel": 80,
+        "audio_root": str(out.resolve()),
+        "vocab_filename": f"{spm_name}.txt",
+        "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
+        "feature_transforms": {"_train": ["utterance_cmvn"], "*": ["utterance_cmvn"]},
+    }
+    if time_mask_width is not None:
+        config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
+        config["feature_transforms"]["_train"].append("specaugment")
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
+            skip_bad: bool = False, combine_train: str | None = None,
+            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"], overwrite_vocabulary: bool = False) -> None:
+    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
+
+    Raises ``CorpusError`` listing every problem unless ``skip_bad``, and ``VocabularyError`` (before any
+    manifest is written) if the vocabulary would replace a different one unless ``overwrite_vocabulary``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    if not set(train_subsets) <= set(subsets):
+        raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
+    kept: dict[str, list[Utterance]] = {}
+    frames: dict[str, dict[str, int]] = {}
+    all_problems: list[str] = []
+    for subset in subsets:
+        utterances, problems = read_subset(root, subset, out)
+        results = extract_all(utterances, jobs, subset)
+        problems += [result for result in results.values() if isinstance(result, str)]
+        frames[subset] = {uid: result for uid, result in results.items() if isinstance(result, int)}
+        kept[subset] = [u for u in utterances if u.id in frames[subset]]
+        rejected = out / f"{subset}.rejected.tsv"
+        rejected.unlink(missing_ok=True)  # no list left from an earlier run
+        if problems:
+            for problem in problems:
+                logger.error(problem)
+            rejected.write_text("".join(p + "\n" for p in problems), encoding="utf-8")
+        all_problems += problems
+    if all_problems and not skip_bad:
+        raise CorpusError(all_problems)
+    texts = [u.text for subset in train_subsets for u in kept[subset]]
+    if not texts:
+        raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
+    with tempfile.TemporaryDirectory(prefix=".spm-", dir=out) as scratch:
+        trained = Path(scratch) / f"spm_unigram{vocab_size}"
+        train_sentencepiece(texts, trained, vocab_size)
+        spm_name = install_vocabulary(trained, out, overwrite_vocabulary)
+    for subset in subsets:
+        write_manifest(out / f"{subset}.tsv", kept[subset], frames[subset], out)
+        hours = sum(frames[subset].values()) / 360000
+        logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
+    if combine_train:
+        with open(out / f"{combine_train}.tsv", "w", encoding="utf-8") as combined:
+            for n, subset in enumerate(train_subsets):
+                lines = (out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+                combined.writelines(lines if n == 0 else lines[1:])
+    write_config(out, spm_name, time_mask_width)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--librispeech-root", type=Path, required=True,
+                        help="directory holding the subsets (LibriSpeech/ in the openslr archives)")
+    parser.add_argument("--out", type=Path, required=True, help="output data directory")
+    parser.add_argument("--subsets", default=",".join(LIBRISPEECH_SUBSETS), help="comma-separated subsets")
+    parser.add_argument("--train-subsets", default=None,
+                        help="subsets for SentencePiece (default: those whose name starts with 'train')")
+    parser.add_argument("--combine-train", default=None, metavar="NAME",
+                        help="also write NAME.tsv with every training subset (e.g. train-960)")
+    parser.add_argument("--vocab-size", type=int, default=4096, help="SentencePiece units (default 4096)")
+    parser.add_argument("--time-mask-width", type=int, default=SPECAUGMENT_LD["time_mask_T"],
+                        help="SpecAugment's widest time mask in frames (100, LibriSpeech's LD policy)")
+    parser.add_argument("--no-specaugment", action="store_true", help="no SpecAugment on training subsets")
+    parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
+    parser.add_argument("--overwrite-vocabulary", action="store_true",
+                        help="replace a different SentencePiece model / dictionary already in --out (models "
+                             "trained on it will no longer match)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        stream=sys.stderr)
+    subsets = [s for s in args.subsets.split(",") if s]
+    train_subsets = ([s for s in args.train_subsets.split(",") if s] if args.train_subsets
+                     else [s for s in subsets if s.startswith("train")])
+    try:
+        prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
+                args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width,
+                args.overwrite_vocabulary)
+    except CorpusError as error:
+        logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
+        return 1
+    except (FileNotFoundError, ValueError, VocabularyError) as error:
+        logger.error(str(error))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
