@@ -28,7 +28,7 @@ test: setup
 demo: setup
 	PYTHON_BIN=$(abspath $(BIN)) bash recipes/librispeech/run.sh --conf recipes/librispeech/conf/mini.sh
 
-# Learning guard (minutes, not part of test): the demo's first 6 epochs against a recorded known-good dev curve.
+# Learning guard (minutes, not part of test): the demo's first 8 epochs against a recorded known-good dev curve.
 check-learning: setup
 	$(BIN)/python scripts/check_learning.py
 

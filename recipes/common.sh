@@ -1,7 +1,7 @@
 # Shared by the recipes' run.sh (sourced after "repo" is set): where the fairseq commands are, how training is
 # launched, and logging.
 # PYTHON_BIN: directory of python and the fairseq-* commands (and torchrun); default .venv/bin of the repository
-# if present, else the PATH.
+# if present, else the PATH. USER_DIR: see below.
 # NPROC (default 1): training processes per node, one per GPU. NNODES (default 1), and with NNODES > 1 also
 # NODE_RANK (this node, 0 .. NNODES-1), MASTER_ADDR (node 0's address) and MASTER_PORT (default 29500): multi-node
 # training. With NPROC * NNODES > 1 the training stages launch fairseq-train under torchrun (fairseq's own
@@ -10,6 +10,15 @@ bin="${PYTHON_BIN:-}"
 if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
 run() { "${bin:+$bin/}$@"; }
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
+
+# USER_DIR: the plugin directory given to fairseq's --user-dir; default: the ssm_fairseq package that this python
+# imports (python -m ssm_fairseq.user_dir: the clone with `make setup`'s editable install, or an installed wheel),
+# so that fairseq runs the same code as the preparation and averaging commands.
+user_dir="${USER_DIR:-}"
+if [[ -z "$user_dir" ]]; then
+  user_dir="$(run python -m ssm_fairseq.user_dir)" ||
+    { echo "cannot import ssm_fairseq with ${bin:+$bin/}python: run 'make setup' or pip install the package" >&2; exit 1; }
+fi
 
 nproc_per_node="${NPROC:-1}"
 num_nodes="${NNODES:-1}"

@@ -78,7 +78,7 @@ fi
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-train --arch $arch -> $save_dir (resumes from checkpoint_last.pt if present)"
   # shellcheck disable=SC2086
-  fairseq_train "$data_dir" --user-dir "$repo/ssm_fairseq" --task speech_transducer \
+  fairseq_train "$data_dir" --user-dir "$user_dir" --task speech_transducer \
     --train-subset "$train_subset" --valid-subset "$valid_sets" --arch "$arch" $model_args \
     --criterion transducer $criterion_args --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 5 --lr "$lr" \
     --lr-scheduler warmup_hold_exp_decay --warmup-updates "$warmup_updates" \
@@ -97,7 +97,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for subset in $eval_sets; do
     log "stage 4: fairseq-generate $subset, beam $beam -> $work_dir/decode/$arch/$subset"
     # shellcheck disable=SC2086
-    run fairseq-generate "$data_dir" --user-dir "$repo/ssm_fairseq" --task speech_transducer \
+    run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
       --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
       --max-tokens "$decode_max_tokens" --results-path "$work_dir/decode/$arch/$subset" ${DECODE_ARGS:-} \
       > /dev/null
