@@ -12,12 +12,16 @@ run() { "${bin:+$bin/}$@"; }
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
 
 # USER_DIR: the plugin directory given to fairseq's --user-dir; default: the ssm_fairseq package that this python
-# imports (python -m ssm_fairseq.user_dir: the clone with `make setup`'s editable install, or an installed wheel),
-# so that fairseq runs the same code as the preparation and averaging commands.
+# imports (what `python -m ssm_fairseq.user_dir` prints: the clone with `make setup`'s editable install, or an
+# installed wheel), so that fairseq runs the same code as the preparation and averaging commands. Found without
+# importing the package (which imports fairseq: seconds).
 user_dir="${USER_DIR:-}"
 if [[ -z "$user_dir" ]]; then
-  user_dir="$(run python -m ssm_fairseq.user_dir)" ||
-    { echo "cannot import ssm_fairseq with ${bin:+$bin/}python: run 'make setup' or pip install the package" >&2; exit 1; }
+  find_package='import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("ssm_fairseq").origin))'
+  user_dir="$(run python -c "$find_package" 2>/dev/null)" || {
+    echo "cannot import ssm_fairseq with ${bin:+$bin/}python: run 'make setup' or pip install the package" >&2
+    exit 1
+  }
 fi
 
 nproc_per_node="${NPROC:-1}"

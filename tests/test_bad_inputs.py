@@ -23,6 +23,8 @@ from test_librispeech_recipe import TINY_MODEL, _recipe_env
 from ssm_fairseq.tasks.feature_check import non_finite_utterances
 from transducer_cases import SMALL, build, random_sample
 
+pytestmark = pytest.mark.slow
+
 
 def test_only_frames_within_an_utterance_s_length_count():
     features = torch.zeros(3, 5, 2)

@@ -11,6 +11,7 @@ from ssm_fairseq.modules.encoder_layer import LAYER_TYPES, LayerConfig
 from ssm_fairseq.modules.multihead_ssm import MultiHeadSSM
 from ssm_fairseq.modules.speech_encoder import SpeechEncoder
 from ssm_fairseq.modules.subsampling import SUBSAMPLERS, ConvSubsampler, time_reduction
+from ssm_fairseq.ssm import MSSMKernel
 
 SMALL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4,
                     s4_l_max=256, dropout=0.0)
@@ -126,3 +127,11 @@ def test_multiscale_subsampler_reduces_by_four_with_ssm_layers_at_two_scales():
     assert widths == [8, 16] and [len(s) for s in encoder.subsampler.scales] == [2, 4]
     out = encoder(torch.randn(1, 33, 20), torch.tensor([33]))
     assert out["encoder_out"].shape == (1, 9, 32)
+
+
+def test_zero_ssm_heads_is_refused_by_name():
+    """--ssm-heads 0 divided by zero in the layer's shape check."""
+    with pytest.raises(ValueError, match=r"the number of SSM heads \(--ssm-heads\) must be at least 1, got 0"):
+        MultiHeadSSM(16, heads=0)
+    with pytest.raises(ValueError, match="heads must be at least 1, got 0"):
+        MSSMKernel(16, 4, heads=0)

@@ -1,6 +1,8 @@
-"""Every model family under CPU bf16 autocast (what --bf16 / --amp run): finite loss and gradients, and the SSM
-kernels and FFT convolutions computed in float32 inside."""
+"""Every model family under CPU bf16 autocast (what --bf16 / --amp run): loss and gradients close to float32's
+(within what bfloat16's 8-bit mantissa allows), and the SSM kernels and FFT convolutions computed in float32 inside."""
 from __future__ import annotations
+
+from typing import Callable
 
 import pytest
 import torch
@@ -35,13 +37,31 @@ def float32_inside(monkeypatch):
     assert seen["kernels"] == {torch.float32} and seen["spectra"] == {torch.complex64}, seen
 
 
-def assert_finite_gradients(model: torch.nn.Module, loss: torch.Tensor) -> None:
-    assert torch.isfinite(loss), loss
+# bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2% per product). Measured on these tiny models:
+# the loss within 0.05% of float32's and the gradients' cosine above 0.99997; the bounds leave room for other CPUs.
+LOSS_TOLERANCE = 0.01
+GRADIENT_COSINE = 0.999
+
+
+def gradients(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
+    model.zero_grad()
     loss.backward()
-    for name, p in model.named_parameters():
-        if p.requires_grad and p.grad is not None:
-            assert torch.isfinite(p.grad).all(), name
-    assert any(p.grad is not None and p.grad.count_nonzero() for p in model.parameters())
+    return torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
+
+
+def assert_bf16_close_to_float32(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor]) -> None:
+    """``loss_fn()`` in float32 and under bf16 autocast (dropout off): finite, and close in loss and gradient."""
+    model.eval()  # no dropout: both passes compute the same function
+    loss32 = loss_fn()
+    grad32 = gradients(model, loss32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss16 = loss_fn()
+    grad16 = gradients(model, loss16)
+    assert torch.isfinite(loss16) and torch.isfinite(grad16).all()
+    assert grad32.count_nonzero() > 0
+    assert abs(loss16.item() - loss32.item()) <= LOSS_TOLERANCE * abs(loss32.item()), (loss16.item(), loss32.item())
+    cosine = F.cosine_similarity(grad16, grad32, dim=0).item()
+    assert cosine >= GRADIENT_COSINE, cosine
 
 
 @pytest.mark.parametrize("arch", ["mssm_transducer", "stateformer_transducer", "s4_transducer"])
@@ -49,9 +69,7 @@ def test_transducers_under_bf16_autocast(arch, float32_inside):
     torch.manual_seed(0)
     model, criterion, _, task = transducer_cases.build(arch, *transducer_cases.SMALL)
     sample = transducer_cases.random_sample(task, [120, 90], [5, 3])
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _, _ = criterion(model, sample)
-    assert_finite_gradients(model, loss)
+    assert_bf16_close_to_float32(model, lambda: criterion(model, sample)[0])
 
 
 @pytest.mark.parametrize("ssm", ["s4", "s4d", "dss", "mssm"])
@@ -62,10 +80,12 @@ def test_spade_lm_under_bf16_autocast(ssm, float32_inside):
                                     "--attention-window", "8", "--ssm", ssm, "--ssm-state-size", "8",
                                     "--ssm-heads", "2" if ssm == "mssm" else "1")
     tokens = torch.randint(4, 30, (2, 64))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+
+    def loss():
         logits, _ = model(tokens)
-        loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten())
-    assert_finite_gradients(model, loss)
+        return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten())
+
+    assert_bf16_close_to_float32(model, loss)
 
 
 @pytest.mark.parametrize("arch", ["mssm_roberta_base", "local_roberta_base"])
@@ -76,7 +96,9 @@ def test_masked_lm_under_bf16_autocast(arch, request):
     model = build_masked_lm(arch, **TINY)
     tokens = torch.randint(4, 100, (2, 256))
     masked = torch.rand(tokens.shape) < 0.15
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+
+    def loss():
         logits, _ = model(tokens, masked_tokens=masked)
-        loss = F.cross_entropy(logits.float(), tokens[masked])
-    assert_finite_gradients(model, loss)
+        return F.cross_entropy(logits.float(), tokens[masked])
+
+    assert_bf16_close_to_float32(model, loss)

@@ -1,6 +1,7 @@
 """scripts/plot_kernels.py: kernels found in a state dict, rebuilt, and averaged per head exactly as the layer's."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ssm_fairseq.cli import plot_kernels
@@ -25,3 +26,27 @@ def test_head_curves_are_the_layers_own_kernels_averaged_per_head():
         torch.testing.assert_close(curves, expected, atol=1e-6, rtol=1e-6)
         one = plot_kernels.head_curves(plot_kernels.rebuild_kernel(state, prefixes[direction]), 50, channel=2)
         torch.testing.assert_close(one, K[0].view(4, 4, 50)[:, 2], atol=1e-6, rtol=1e-6)
+
+
+def _checkpoint(path) -> None:
+    """A checkpoint holding one MSSM encoder layer, in the layout fairseq's loader reads."""
+    layer = EncoderLayer("mssm", LayerConfig(dim=16, ffn_dim=32, ssm_heads=4, ssm_state_size=8))
+    state = {f"encoder.layers.0.{k}": v for k, v in layer.state_dict().items()}
+    history = [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {}, "num_updates": 0}]
+    torch.save({"model": state, "optimizer_history": history, "args": None, "cfg": None, "extra_state": {}}, path)
+
+
+def test_the_plot_goes_into_a_directory_that_does_not_exist_yet(tmp_path):
+    _checkpoint(tmp_path / "model.pt")
+    out = tmp_path / "plots/layer0/kernels.png"
+    assert plot_kernels.main([str(tmp_path / "model.pt"), "--layer", "0", "--length", "20", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("length", ["0", "-5"])
+def test_a_length_below_one_lag_is_refused(tmp_path, capsys, length):
+    with pytest.raises(SystemExit) as stop:
+        plot_kernels.main([str(tmp_path / "model.pt"), "--layer", "0", "--length", length, "-o",
+                           str(tmp_path / "k.png")])
+    assert stop.value.code == 2
+    assert f"--length must be at least 1 lag, got {length}" in capsys.readouterr().err

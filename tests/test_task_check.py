@@ -73,3 +73,29 @@ def test_the_speech_task_parses_a_transducer_arch_and_leaves_unknown_names_to_ar
     with pytest.raises(SystemExit):
         parse("no_such_arch")
     assert "argument --arch/-a: invalid choice: 'no_such_arch'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task, arch, expected", [
+    ("language_modeling", "mssm_transducer", "--arch mssm_transducer (model transducer) trains with --task "
+                                             "speech_transducer; got --task language_modeling"),
+    ("masked_lm", "spade_lm", "--arch spade_lm (model spade_lm) trains with --task language_modeling; got --task "
+                              "masked_lm"),
+    ("translation", "mssm_roberta_base", "--arch mssm_roberta_base (model mssm_roberta) trains with --task masked_lm "
+                                         "or sentence_prediction; got --task translation"),
+])
+def test_fairseq_s_text_tasks_refuse_another_family_s_arch_in_one_line(tmp_path, task, arch, expected):
+    """Before any data is read (fairseq's config conversion failed with a hydra traceback naming neither)."""
+    result = subprocess.run([str(BIN / "fairseq-train"), str(tmp_path), "--user-dir", "ssm_fairseq", "--task", task,
+                             "--arch", arch], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"fairseq-train: error: {expected}"
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("task, arch", [
+    ("language_modeling", "spade_lm"), ("language_modeling", "transformer_lm"), ("masked_lm", "mssm_roberta_base"),
+    ("sentence_prediction", "mssm_roberta_base"), ("translation", "spade_t5_small"), ("denoising", "spade_t5_small"),
+])
+def test_text_tasks_parse_their_own_models(task, arch):
+    args = options.parse_args_and_arch(options.get_training_parser(), ["data", "--task", task, "--arch", arch])
+    assert args.arch == arch

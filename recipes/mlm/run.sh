@@ -80,7 +80,7 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: fairseq-train --task masked_lm --arch $arch -> $work_dir/checkpoints/$arch (resumes if present)"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm --criterion masked_lm \
+    fairseq_train "$data_bin" --user-dir "$user_dir" --task masked_lm --criterion masked_lm \
       --arch "$arch" $model_args --save-dir "$work_dir/checkpoints/$arch" \
       --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc \
       --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
@@ -96,7 +96,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
     for split in valid test; do
       log "stage 4: fairseq-validate $arch on $split"
       # shellcheck disable=SC2086
-      run fairseq-validate "$data_bin" --user-dir "$repo/ssm_fairseq" --task masked_lm \
+      run fairseq-validate "$data_bin" --user-dir "$user_dir" --task masked_lm \
         --path "$work_dir/checkpoints/$arch/checkpoint_best.pt" --valid-subset "$split" \
         --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc --batch-size "$batch_size" \
         --required-batch-size-multiple 1 --seed 1 ${VALID_ARGS:-} 2>&1 | tee "$work_dir/validate_${arch}_$split.log"
@@ -138,7 +138,7 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
     for arch in $archs; do
       log "stage 6: fine-tuning $arch with --task sentence_prediction ($classes classes)"
       # shellcheck disable=SC2086
-      fairseq_train "$data_bin/labelled" --user-dir "$repo/ssm_fairseq" --task sentence_prediction \
+      fairseq_train "$data_bin/labelled" --user-dir "$user_dir" --task sentence_prediction \
         --criterion sentence_prediction --arch "$arch" $model_args --num-classes "$classes" \
         --restore-file "$work_dir/checkpoints/$arch/checkpoint_best.pt" --reset-optimizer --reset-dataloader \
         --reset-meters --reset-lr-scheduler --save-dir "$work_dir/checkpoints/${arch}_finetuned" \

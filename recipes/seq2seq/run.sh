@@ -80,7 +80,7 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pretrain" --user-dir "$repo/ssm_fairseq" --task denoising --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pretrain" --user-dir "$user_dir" --task denoising --arch "$arch" $model_args \
       --share-all-embeddings --mask 0.3 --mask-length span-poisson --poisson-lambda 3.5 --replace-length 1 \
       --rotate 0 --permute-sentences 0 --insert 0 --tokens-per-sample "$tokens_per_sample" \
       --criterion cross_entropy --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 \
@@ -95,7 +95,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for arch in $archs; do
     log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $model_args \
       --share-all-embeddings --restore-file "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
       --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
@@ -111,7 +111,7 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   for arch in $archs; do
     log "stage 5: fairseq-generate --beam $beam with $arch on the test split"
     # shellcheck disable=SC2086
-    run fairseq-generate "$data_bin/pairs" --user-dir "$repo/ssm_fairseq" --task translation \
+    run fairseq-generate "$data_bin/pairs" --user-dir "$user_dir" --task translation \
       --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
       --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 \
       --post-process sentencepiece --scoring sacrebleu ${GENERATE_ARGS:-} > "$work_dir/generate_$arch.txt"

@@ -37,6 +37,26 @@ source "$repo/recipes/common.sh"
 data_bin="$work_dir/data-bin"
 save_dir="$work_dir/checkpoints/$arch"
 
+[[ "$tokens_per_sample" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "TOKENS_PER_SAMPLE must be a positive integer, got '$tokens_per_sample'" >&2; exit 2; }
+[[ "$context_window" =~ ^[0-9]+$ ]] ||
+  { echo "CONTEXT_WINDOW must be a non-negative integer, got '$context_window'" >&2; exit 2; }
+# eval-lm scores TOKENS_PER_SAMPLE - CONTEXT_WINDOW new tokens per block (fairseq fails on "negative dimensions")
+if [[ $stage -le 3 && $stop_stage -ge 3 && "$context_window" -ge "$tokens_per_sample" ]]; then
+  echo "CONTEXT_WINDOW ($context_window) must be smaller than TOKENS_PER_SAMPLE ($tokens_per_sample)" >&2; exit 2
+fi
+
+# scored_tokens LOG: the number of tokens fairseq-eval-lm scored in LOG; fails naming LOG when there are none
+# (eval-lm then still prints "Evaluated 0 tokens ... Perplexity: 1.00" and exits 0).
+scored_tokens() {
+  local tokens
+  tokens="$({ grep -o 'Evaluated [0-9,]* tokens' "$1" || true; } | tail -1 | cut -d' ' -f2 | tr -d ,)"
+  [[ -n "$tokens" && "$tokens" -gt 0 ]] || {
+    echo "no token was scored in $1 (was TOKENS_PER_SAMPLE longer than the split or than the model was trained" \
+      "on?)" >&2; return 1; }
+  echo "$tokens"
+}
+
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ -f "$data_dir/wiki.train.tokens" ]]; then
     log "stage 0: $data_dir already has WikiText-103, skipping the download"
@@ -69,7 +89,7 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   [[ "$arch" == *_wiki103 ]] && criterion=adaptive_loss
   # Baevski & Auli (2019) as published with fairseq; SPADE appendix C.3 keeps these settings.
   # shellcheck disable=SC2086
-  fairseq_train "$data_bin" --user-dir "$repo/ssm_fairseq" --task language_modeling --arch "$arch" \
+  fairseq_train "$data_bin" --user-dir "$user_dir" --task language_modeling --arch "$arch" \
     --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none \
     --max-tokens "$tokens_per_sample" --update-freq 3 --max-update 286000 \
     --optimizer nag --lr 1.0 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 \
@@ -83,10 +103,16 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
     log "stage 3: fairseq-eval-lm on $split (tokens per sample $tokens_per_sample, context window $context_window)"
     # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple (8 by
     # default), which here would be the last block of the split: score every block.
+    # The log streams as it comes, but its perplexity line only once tokens were scored (with none, eval-lm
+    # prints "Perplexity: 1.00" and exits 0).
+    f="$work_dir/eval_${arch}_$split.log"
     # shellcheck disable=SC2086
-    run fairseq-eval-lm "$data_bin" --user-dir "$repo/ssm_fairseq" --path "$save_dir/checkpoint_best.pt" \
+    run fairseq-eval-lm "$data_bin" --user-dir "$user_dir" --path "$save_dir/checkpoint_best.pt" \
       --gen-subset "$split" --tokens-per-sample "$tokens_per_sample" --context-window "$context_window" \
-      --max-tokens "$tokens_per_sample" --required-batch-size-multiple 1 --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 | tee "$work_dir/eval_${arch}_$split.log"
+      --max-tokens "$tokens_per_sample" --required-batch-size-multiple 1 --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 |
+      tee "$f" | { grep -v 'Perplexity: ' || true; }
+    scored_tokens "$f" >/dev/null || exit 1
+    grep 'Perplexity: ' "$f" | tail -1
   done
 fi
 
@@ -99,9 +125,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for split in valid test; do
     f="$work_dir/eval_${arch}_$split.log"
     [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
-    tokens="$({ grep -o 'Evaluated [0-9,]* tokens' "$f" || true; } | tail -1 | cut -d' ' -f2 | tr -d ,)"
-    [[ -n "$tokens" && "$tokens" -gt 0 ]] || {
-      echo "no token was scored in $f (is TOKENS_PER_SAMPLE longer than the split or the model allows?)" >&2; exit 1; }
+    scored_tokens "$f" >/dev/null || exit 1
     ppl="$({ grep -o 'Perplexity: [0-9.]*' "$f" || true; } | tail -1 | cut -d' ' -f2)"
     [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
     row="$row $ppl |"

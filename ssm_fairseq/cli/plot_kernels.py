@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channel", default="mean", help="'mean' over a head's channels, or a channel index in it")
     parser.add_argument("-o", "--output", type=Path, required=True, help="PNG to write")
     args = parser.parse_args(argv)
+    if args.length < 1:
+        parser.error(f"--length must be at least 1 lag, got {args.length}")
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     from fairseq import checkpoint_utils
 
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"plot_kernels: a head of layer {args.layer} has {kernel.channels // kernel.heads} channels, "
                      f"asked for channel {channel}")
         curves[direction] = head_curves(kernel, args.length, args.output_channel, channel)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     plot(curves, heads, f"{args.checkpoint.name}: layer {args.layer}, stage {args.stage}", args.output)
     logger.info("wrote %s", args.output)
     return 0

@@ -14,6 +14,13 @@ from fairseq.tasks.speech_to_text import SpeechToTextTask
 # the tasks whose samples are text: a transducer cannot read them
 TEXT_TASKS = ("language_modeling", "masked_lm", "translation", "sentence_prediction", "denoising",
               "multilingual_denoising", "translation_multi_simple_epoch")
+# the tasks each of this package's models trains with (fairseq's own models are left to fairseq)
+MODEL_TASKS = {
+    "transducer": ("speech_transducer",),
+    "spade_lm": ("language_modeling",),
+    "mssm_roberta": ("masked_lm", "sentence_prediction"),
+    "spade_transformer": ("translation", "denoising"),
+}
 
 
 def task_name(task) -> str:
@@ -50,6 +57,34 @@ def speech_task_arch_error(arch: str | None) -> str | None:
     if model == "transducer":
         return None
     return f"{SPEECH_TASK_MODELS}; got --arch {arch} (model {model})"
+
+
+def text_task_arch_error(task: str, arch: str) -> str | None:
+    """Why fairseq's text task ``task`` cannot train ``arch``, one of this package's architectures of another family
+    (``--task language_modeling --arch mssm_transducer`` fails inside fairseq's config conversion otherwise); None
+    if it can, or if ``arch`` is not this package's."""
+    model = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
+    tasks = MODEL_TASKS.get(model)
+    if tasks is None or task in tasks:
+        return None
+    return f"--arch {arch} (model {model}) trains with --task {' or '.join(tasks)}; got --task {task}"
+
+
+def check_text_tasks_arch() -> None:
+    """Give fairseq's text tasks that this package's models use (``MODEL_TASKS``) the ``--arch`` check of
+    ``check_arch_when_parsed``: their ``add_args`` is wrapped, once, to install it after adding their options."""
+    for name in sorted({task for tasks in MODEL_TASKS.values() for task in tasks} & set(TEXT_TASKS)):
+        cls = TASK_REGISTRY.get(name)
+        if cls is None or "add_args" in getattr(cls, "_arch_checked", ()):
+            continue
+        add_task_args = cls.add_args  # bound to cls
+
+        def add_args(parser, add_task_args=add_task_args, name=name):
+            add_task_args(parser)
+            check_arch_when_parsed(parser, lambda arch: text_task_arch_error(name, arch))
+
+        cls.add_args = staticmethod(add_args)
+        cls._arch_checked = ("add_args",)
 
 
 def speech_task_option_clash(error: argparse.ArgumentError) -> str:

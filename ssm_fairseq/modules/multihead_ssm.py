@@ -67,6 +67,8 @@ class MultiHeadSSM(nn.Module):
         super().__init__()
         if gating not in GATINGS:
             raise ValueError(f"gating must be one of {sorted(GATINGS)}, got {gating!r}")
+        if heads < 1:  # before dim % heads, which would divide by zero
+            raise ValueError(f"the number of SSM heads (--ssm-heads) must be at least 1, got {heads}")
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be a multiple of heads ({heads})")
         if gating == "ihg" and heads % 2:

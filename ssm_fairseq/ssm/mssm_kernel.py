@@ -34,7 +34,9 @@ class MSSMKernel(DiagonalSSMKernel):
 
     def __init__(self, channels: int, state_size: int = 32, out_channels: int = 1, heads: int = 1, scale: float = 0.5):
         super().__init__(channels, state_size, out_channels)
-        if heads < 1 or channels % heads:
+        if heads < 1:
+            raise ValueError(f"heads must be at least 1, got {heads}")
+        if channels % heads:
             raise ValueError(f"channels ({channels}) must be a multiple of heads ({heads})")
         if scale <= 0:
             raise ValueError(f"scale must be positive, got {scale}")
