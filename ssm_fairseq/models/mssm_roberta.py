@@ -30,6 +30,9 @@ LAYER_TYPES = ("mssm", "local")
 
 @dataclass
 class MaskedLMConfig(FairseqDataclass):
+    """Options of ``mssm_roberta``: encoder layer type (MSSM block or sliding-window attention), width, depth,
+    heads and SSM shape; every field is a ``--flag`` of fairseq-train (``--encoder-layer-type``, ``--ssm-heads``, ...)."""
+
     encoder_layer_type: ChoiceEnum(list(LAYER_TYPES)) = field(
         default="mssm", metadata={"help": "mssm: bidirectional MSSM block; local: sliding-window attention"})
     encoder_layers: int = field(default=12, metadata={"help": "number of layers"})

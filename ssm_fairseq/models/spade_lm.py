@@ -29,6 +29,9 @@ from .task_check import require_text_task
 
 @dataclass
 class SpadeLMConfig(FairseqDataclass):
+    """Options of ``spade_lm``: width, depth, local-attention window, which layers are global and their SSM
+    (``--ssm s4|s4d|dss|mssm``), adaptive input and softmax; every field is a ``--flag`` of fairseq-train."""
+
     decoder_embed_dim: int = field(default=512, metadata={"help": "model width"})
     decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "FFN hidden width"})
     decoder_layers: int = field(default=6, metadata={"help": "number of layers"})

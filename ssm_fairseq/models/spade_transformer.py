@@ -30,6 +30,9 @@ from .task_check import require_text_task
 
 @dataclass
 class SpadeTransformerConfig(FairseqDataclass):
+    """Options of ``spade_transformer`` (encoder and decoder alike): width, depths, window attention, T5 relative
+    positions, the global SSM layer; every field is a ``--flag`` of fairseq-train."""
+
     embed_dim: int = field(default=512, metadata={"help": "model width (encoder and decoder)"})
     ffn_embed_dim: int = field(default=2048, metadata={"help": "FFN hidden width"})
     attention_heads: int = field(default=8, metadata={"help": "attention heads"})

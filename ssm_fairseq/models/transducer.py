@@ -29,6 +29,9 @@ ENCODER_TYPES = tuple(t for t in LAYER_TYPES if t != "local")
 
 @dataclass
 class TransducerConfig(FairseqDataclass):
+    """Options of the ``transducer`` model: encoder (layer type, depth, width, MSSM heads, gating and stack,
+    sub-sampler, auxiliary CTC), LSTM predictor and joiner; every field is a ``--flag`` of fairseq-train."""
+
     # encoder (defaults: mssm_transducer)
     encoder_type: ChoiceEnum(ENCODER_TYPES) = field(default="mssm", metadata={"help": "encoder layer type"})
     encoder_layers: int = field(default=16, metadata={"help": "number of encoder layers"})
