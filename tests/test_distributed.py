@@ -153,7 +153,8 @@ def test_spade_lm_ranks_agree_and_match_one_process(tmp_path, bin_dir):
 
 def _launch(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess:
     """``fairseq_train data --lr "1 2"`` from recipes/common.sh, with torchrun and fairseq-train replaced by
-    commands that write the command line they were given, one argument a line, to ``argv.txt``."""
+    commands that write the command line they were given, one argument a line, to ``argv.txt`` (the fake
+    directory has no python to find the plugin with: ``USER_DIR`` is given)."""
     fake = tmp_path / "fake"
     fake.mkdir(exist_ok=True)
     for name in ("torchrun", "fairseq-train"):
@@ -162,7 +163,7 @@ def _launch(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess:
     env = _without_launch_settings()
     script = f'set -euo pipefail; repo="{REPO}"; source recipes/common.sh; fairseq_train data --lr "1 2"'
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO,
-                          env=dict(env, PYTHON_BIN=str(fake), **variables))
+                          env=dict(env, PYTHON_BIN=str(fake), USER_DIR=str(REPO / "ssm_fairseq"), **variables))
 
 
 def _argv(tmp_path: Path) -> list[str]:

@@ -18,6 +18,8 @@ import ssm_fairseq  # noqa: F401  (allow-lists what speech_transducer checkpoint
 from cli import BIN, REPO, run_ok
 from librispeech_fixture import TRANSCRIPTS, write_fixture
 
+pytestmark = pytest.mark.slow
+
 TINY_MODEL = ("--encoder-layers 1 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --ssm-heads 2 --ssm-state-size 4 "
               "--subsampler tr --predictor-embed-dim 16 --predictor-hidden-dim 16 --predictor-layers 1 --joint-dim 24")
 
@@ -186,6 +188,8 @@ def test_fairseq_train_names_a_manifest_row_whose_features_are_missing(recipe, t
     work, _, _ = recipe
     data = tmp_path / "data"
     shutil.copytree(work / "data", data)
+    config = (data / "config.yaml").read_text()  # fairseq reads the features under audio_root: the copy's own
+    (data / "config.yaml").write_text(config.replace(str(work / "data"), str(data)))
     rows = (data / "train-fixture.tsv").read_text().splitlines()
     utterance, features = rows[2].split("\t")[:2]
     (data / features).unlink()
