@@ -10,6 +10,8 @@ import pytest
 
 from cli import BIN, REPO, run_ok
 
+pytestmark = pytest.mark.slow
+
 ARCHS = ("mssm_roberta_base", "local_roberta_base")
 
 

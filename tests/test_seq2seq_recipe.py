@@ -10,6 +10,8 @@ import pytest
 
 from cli import BIN, REPO, run_ok
 
+pytestmark = pytest.mark.slow
+
 ARCHS = ("spade_t5_small", "t5_small_local")
 TINY = ("--embed-dim 32 --ffn-embed-dim 64 --attention-heads 4 --encoder-layers 2 --decoder-layers 2 "
         "--attention-window 16 --ssm-state-size 8 --max-source-positions 1024 --max-target-positions 512")
