@@ -32,7 +32,7 @@ demo: setup
 check-learning: setup
 	$(BIN)/python scripts/check_learning.py
 
-# The demo over 5 seeds (WER mean, min and max; about 20 minutes on 2 cores with 2 seeds at a time).
+# The demo over 5 seeds (WER mean, min and max; about 30 minutes on 2 cores with 2 seeds at a time: 10 per pair).
 seed-spread: setup
 	PYTHON_BIN=$(abspath $(BIN)) bash scripts/seed_spread.sh --conf recipes/librispeech/conf/mini.sh --jobs 2
 
