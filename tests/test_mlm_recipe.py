@@ -16,14 +16,14 @@ ARCHS = ("mssm_roberta_base", "local_roberta_base")
 
 
 def recipe_env(work: Path, **extra) -> dict:
-    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), MAX_UPDATE="4", FINETUNE_MAX_EPOCH="1",
+    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), MAX_UPDATE="30", FINETUNE_MAX_EPOCH="1",
                 TRAIN_ARGS="--cpu --num-workers 0 --no-epoch-checkpoints", VALID_ARGS="--cpu",
                 FINETUNE_ARGS="--cpu --num-workers 0", **extra)
 
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory) -> tuple[Path, str]:
-    """Every stage: sample, SentencePiece, preprocess, pre-train 4 updates at 4096 tokens, validate, fine-tune."""
+    """Every stage: sample, SentencePiece, preprocess, pre-train 30 updates at 4096 tokens, validate, fine-tune."""
     work = tmp_path_factory.mktemp("mlm")
     out = run_ok(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh"], env=recipe_env(work))
     return work, out
@@ -39,11 +39,13 @@ def test_pretraining_trains_on_4096_token_blocks_and_the_table_reports_both_mode
     work, out = recipe
     for arch in ARCHS:
         log = (work / f"train_{arch}.log").read_text()
-        assert "num_updates 4" in log and re.search(r"loaded \d+ blocks from: \S+/train", log)
+        assert "num_updates 30" in log and re.search(r"loaded \d+ blocks from: \S+/train", log)
         assert (work / f"checkpoints/{arch}/checkpoint_best.pt").exists()
         row = re.search(rf"^\| {arch} \| ([0-9,]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, flags=re.M)
         assert row, out[-3000:]
-        assert all(1 < float(ppl) < 300 for ppl in row.groups()[1:])  # a vocabulary of 256 pieces
+        # 256 pieces: uniform guessing scores 256; after 4 updates both models scored 248-250 (measured), after 30
+        # 164-171: the models learned
+        assert all(1 < float(ppl) < 200 for ppl in row.groups()[1:]), row.group(0)
         validated = (work / f"validate_{arch}_test.log").read_text()
         assert f"| ppl {row.group(3)} |" in validated
 
