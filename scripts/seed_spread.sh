@@ -10,8 +10,10 @@
 # Stages 0-1 (data) run once into WORK/data; stages 2-5 run per seed into WORK/seed<N> (log in WORK/seed<N>/run.log).
 # A seed that already has its WER table is not re-run (delete WORK/seed<N> to redo it); an interrupted seed
 # resumes from its last checkpoint. Every other variable of the recipe (MODEL_ARGS, LR, TRAIN_ARGS, ...) is passed
-# through. Exits non-zero, with the failing seed named, when any seed did not produce a WER for every evaluation
-# set. The summary is also written to WORK/seed_spread.md.
+# through. The settings (the conf file, the values of the variables it reads, TRAIN_ARGS, DECODE_ARGS, --arch) are
+# recorded in WORK/settings.txt: a later run into the same WORK with other settings is refused, so that one summary
+# never mixes seeds trained differently. Exits non-zero, with the failing seed named, when any seed did not
+# produce a WER for every evaluation set. The summary is also written to WORK/seed_spread.md.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,6 +44,22 @@ mkdir -p "$work"
 work="$(CDPATH= cd -- "$work" && pwd)"
 recipe=(bash "$repo/recipes/librispeech/run.sh" --conf "$conf" "${arch_args[@]}")
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
+
+# what the seeds are trained with: the conf, and every variable it reads (${NAME:-default}) as set here
+settings="$(cat "$conf"
+  for name in $(grep -o '\${[A-Z_][A-Z0-9_]*:-' "$conf" | sed 's/^\${//; s/:-$//' | sort -u) TRAIN_ARGS DECODE_ARGS; do
+    echo "$name=${!name-(unset)}"
+  done
+  echo "arch=${arch_args[*]-}")"
+if [[ -f "$work/settings.txt" ]]; then
+  if [[ "$(cat "$work/settings.txt")" != "$settings" ]]; then
+    diff <(cat "$work/settings.txt") <(echo "$settings") >&2 || true
+    echo "$work was run with other settings (above: < then, > now): use another --work-dir" >&2
+    exit 2
+  fi
+else
+  echo "$settings" > "$work/settings.txt"
+fi
 
 log "data: stages 0-1 -> $work/data"
 WORK_DIR="$work" DATA_DIR="$work/data" "${recipe[@]}" --stop-stage 1

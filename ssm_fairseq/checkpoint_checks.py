@@ -28,6 +28,7 @@ wrapped functions pass through unchanged; fairseq calls them through the module,
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -216,14 +217,21 @@ def _comparing_the_model(load_checkpoint):
     return trainer_load_checkpoint
 
 
+@contextlib.contextmanager
+def naming_the_checkpoint(names: str):
+    """Put ``checkpoint NAMES:`` in front of a ``DictionaryMismatchError`` raised inside (the task that builds a
+    model from a checkpoint's configuration does not know the checkpoint's path)."""
+    try:
+        yield
+    except DictionaryMismatchError as error:
+        raise DictionaryMismatchError(f"checkpoint {names}: {error}") from error
+
+
 def _naming_the_checkpoint(load_ensemble):
     @functools.wraps(load_ensemble)
     def load_model_ensemble_and_task(filenames, *args, **kwargs):
-        try:
+        with naming_the_checkpoint(filenames[0] if len(filenames) == 1 else f"one of {', '.join(filenames)}"):
             return load_ensemble(filenames, *args, **kwargs)
-        except DictionaryMismatchError as error:
-            names = filenames[0] if len(filenames) == 1 else f"one of {', '.join(filenames)}"
-            raise DictionaryMismatchError(f"checkpoint {names}: {error}") from error
 
     load_model_ensemble_and_task.checks_the_checkpoint = True
     return load_model_ensemble_and_task

@@ -44,7 +44,7 @@ from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 from torch.nn.utils.rnn import pad_sequence
 
 from .audio_features import NUM_MEL_BINS, AudioError, audio_frames, filterbank_features
-from .checkpoint_checks import DictionaryMismatchError
+from .checkpoint_checks import naming_the_checkpoint
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .generation.transducer_generator import NonFiniteScoreError
 from .tasks.speech_transducer import SEARCHES
@@ -143,10 +143,8 @@ class Transcriber:
                                 blank_penalty=blank_penalty)
         cfg = state["cfg"]
         self.task = tasks.setup_task(cfg.task)
-        try:
+        with naming_the_checkpoint(str(checkpoint)):
             self.model = self.task.build_model(cfg.model, from_checkpoint=True)
-        except DictionaryMismatchError as error:
-            raise DictionaryMismatchError(f"checkpoint {checkpoint}: {error}") from error
         self.model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         self.model.to(self.device)
         self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it

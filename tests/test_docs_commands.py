@@ -11,6 +11,8 @@ redirections split, leading ``VAR=value`` assignments dropped), never run. For e
 * ``fairseq-train`` / ``-generate`` / ``-interactive`` / ``-eval-lm`` / ``-validate`` / ``-preprocess``: each
   ``--flag`` is accepted by fairseq's own parser with the plugin's ``--user-dir`` (architecture, task, criterion
   and scheduler options included);
+* an installed command of ``pyproject.toml``'s ``[project.scripts]`` (``ssm-transcribe``, ...): each ``--flag`` is
+  an option of its module's parser;
 * ``make TARGET``: the Makefile has the target.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 import runpy
 import shlex
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,9 @@ SHELL_BLOCK = re.compile(r"^```(?:bash|sh|console)[ \t]*\n(.*?)^```", re.MULTILI
 OPERATORS = {"|", "||", "&&", ";", "&"}
 REDIRECTS = {">", ">>", "<", "2>", "&>"}
 PYTHONS = re.compile(r"^(?:\S*/)?python(?:3(?:\.\d+)?)?$")
+# installed command -> the module whose main() it runs
+ENTRY_POINTS = {name: target.split(":")[0] for name, target in
+                tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"].items()}
 FAIRSEQ_PARSERS = {
     "fairseq-train": "get_training_parser",
     "fairseq-generate": "get_generation_parser",
@@ -193,6 +199,8 @@ def program(words: list[str]) -> tuple[str, str | None, list[str], bool]:
     if first == "make":
         return "make", None, rest, False
     name = first.rsplit("/", 1)[-1]
+    if name in ENTRY_POINTS:
+        return "module", ENTRY_POINTS[name], rest, False
     if name in FAIRSEQ_PARSERS:
         return "fairseq", name, rest, False
     if first.startswith(REPO_DIRS):
@@ -253,11 +261,13 @@ def test_the_checker_finds_wrong_commands(tmp_path):
                    "bash scripts/no_such_script.sh --x\n"
                    "fairseq-generate DATA --user-dir ssm_fairseq --task speech_transducer --beam 4 --no-such\n"
                    "make demo no-such-target\n"
+                   "ssm-average-checkpoints --checkpoint-dir d --lats 3 --output o.pt\n"
                    "```\n```python\nnot --a command\n```\n", encoding="utf-8")
     commands = [Command(f"doc.md:{number}", words)
                 for number, line in shell_lines(doc.read_text()) for words in simple_commands(line)]
     assert [c.words[0] for c in commands] == ["recipes/librispeech/run.sh", "python", "tee", "python",
-                                              "scripts/plot_kernels.py", "bash", "fairseq-generate", "make"]
+                                              "scripts/plot_kernels.py", "bash", "fairseq-generate", "make",
+                                              "ssm-average-checkpoints"]
     reports = [problems(c) for c in commands]
     assert reports[0] == ["recipes/librispeech/run.sh does not accept --no-such-stage"]
     assert reports[1] == ["scripts/prepare_librispeech.py does not accept --no-such-flag"]
@@ -268,3 +278,4 @@ def test_the_checker_finds_wrong_commands(tmp_path):
     assert "scripts/no_such_script.sh does not exist" in reports[5]
     assert reports[6] == ["fairseq-generate: --no-such"]
     assert reports[7] == ["the Makefile has no target no-such-target"]
+    assert reports[8] == ["python -m ssm_fairseq.cli.average_checkpoints does not accept --lats"]

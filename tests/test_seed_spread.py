@@ -59,6 +59,12 @@ def test_seed_spread_trains_each_seed_and_summarises(corpus, tmp_path):
     again = run_ok(["bash", "scripts/seed_spread.sh", "--seeds", "3 7", "--work-dir", str(work)], env=_env(corpus))
     assert again.count("exists, not re-run") == 2 and f"| min | 2 seeds | {values[0]:.2f} |" in again
 
+    # other settings into the same directory would mix differently trained seeds in one summary: refused
+    other = subprocess.run(["bash", "scripts/seed_spread.sh", "--seeds", "3 7 9", "--work-dir", str(work)],
+                           capture_output=True, text=True, cwd=REPO, env=_env(corpus, MAX_EPOCH="2"))
+    assert other.returncode == 2 and "was run with other settings" in other.stderr
+    assert "> MAX_EPOCH=2" in other.stderr and not (work / "seed9").exists()
+
 
 def test_seed_spread_fails_naming_the_seed_that_failed(corpus, tmp_path):
     env = _env(corpus, MODEL_ARGS=TINY_MODEL + " --ssm-heads 3")  # 32 channels in 3 heads: the model refuses
