@@ -217,3 +217,23 @@ def test_a_transcript_line_that_is_not_utf8_is_named(tmp_path, caplog):
     assert run(corpus, out) == 1
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert any(m.startswith(f"{transcript}:1: not UTF-8") for m in errors), errors
+
+
+def test_an_utterance_id_in_two_subsets_is_refused_naming_both(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    in_training = corpus / "train-fixture/19/198/19-198-0001.flac"
+    chapter = corpus / "test-fixture" / in_training.parent.relative_to(corpus / "train-fixture")
+    chapter.mkdir(parents=True)
+    in_test = chapter / in_training.name  # the same recording again, in the test subset
+    in_test.write_bytes(in_training.read_bytes())
+    (chapter / "19-198.trans.txt").write_text("19-198-0001 A DOG RAN IN THE PARK TODAY\n")
+    assert run(corpus, out) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("19-198-0001 is in 2 subsets" in m and str(in_training) in m and str(in_test) in m
+               for m in errors), errors
+    assert not (out / "train-fixture.tsv").exists()
+    # --skip-bad leaves it out of both subsets and lists it in both rejected lists.
+    assert run(corpus, out, "--skip-bad") == 0
+    for subset in SUBSETS:
+        assert "19-198-0001" not in {row["id"] for row in read_manifest(out / f"{subset}.tsv")}
+        assert str(in_test) in (out / f"{subset}.rejected.tsv").read_text()

@@ -126,6 +126,26 @@ def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], li
     return [u for u in utterances if u.id not in shared], problems
 
 
+def refuse_ids_in_several_subsets(utterances: dict[str, list[Utterance]]) -> dict[str, dict[str, str]]:
+    """Utterance ids that occur in more than one of the subsets prepared together: for each subset involved, each
+    such id with its problem line naming every subset and recording. Such an id is the same recording in two
+    subsets (training data in a test set) or two recordings under one id; either way it is left out of all."""
+    where: dict[str, list[tuple[str, Path]]] = {}
+    for subset, subset_utterances in utterances.items():
+        for utterance in subset_utterances:
+            where.setdefault(utterance.id, []).append((subset, utterance.audio))
+    problems: dict[str, dict[str, str]] = {}
+    for utterance_id, places in sorted(where.items()):
+        if len(places) > 1:
+            named = "; ".join(f"{subset}: {audio}" for subset, audio in places)
+            for subset, _ in places:
+                problems.setdefault(subset, {})[utterance_id] = (
+                    f"utterance id {utterance_id} is in {len(places)} subsets ({named}); ids must be unique "
+                    f"across the subsets prepared together (one recording in two subsets puts training data in an "
+                    f"evaluation set, and a combined manifest would repeat the id)")
+    return problems
+
+
 def source_stamp(audio: Path) -> str:
     """What identifies the audio a feature file was computed from: its place in the corpus (``SPK/CHAPTER/FILE``),
     size and modification time."""
@@ -308,8 +328,12 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
     kept: dict[str, list[Utterance]] = {}
     frames: dict[str, dict[str, int]] = {}
     all_problems: list[str] = []
+    read = {subset: read_subset(root, subset, out) for subset in subsets}
+    for subset, refused in refuse_ids_in_several_subsets({s: u for s, (u, _) in read.items()}).items():
+        utterances, problems = read[subset]
+        read[subset] = ([u for u in utterances if u.id not in refused], problems + list(refused.values()))
     for subset in subsets:
-        utterances, problems = read_subset(root, subset, out)
+        utterances, problems = read[subset]
         results = extract_all(utterances, jobs, subset)
         problems += [result for result in results.values() if isinstance(result, str)]
         frames[subset] = {uid: result for uid, result in results.items() if isinstance(result, int)}
