@@ -237,3 +237,13 @@ def test_an_utterance_id_in_two_subsets_is_refused_naming_both(tmp_path, caplog)
     for subset in SUBSETS:
         assert "19-198-0001" not in {row["id"] for row in read_manifest(out / f"{subset}.tsv")}
         assert str(in_test) in (out / f"{subset}.rejected.tsv").read_text()
+
+
+def test_a_changed_data_configuration_is_reported(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out) == 0 and run(corpus, out) == 0
+    assert not [r for r in caplog.records if "config.yaml: replacing" in r.getMessage()]
+    assert run(corpus, out, "--no-specaugment") == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"{out}/config.yaml: replacing" in m and "feature_transforms, specaugment" in m for m in warnings)
+    assert "specaugment" not in yaml.safe_load((out / "config.yaml").read_text())

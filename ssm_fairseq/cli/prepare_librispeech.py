@@ -311,7 +311,14 @@ def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUG
     if time_mask_width is not None:
         config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
         config["feature_transforms"]["_train"].append("specaugment")
-    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    path = out / "config.yaml"
+    if path.is_file():
+        before = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        changed = sorted(key for key in set(before) | set(config) if before.get(key) != config.get(key))
+        if changed:  # e.g. SpecAugment switched on or off: training resumed on this directory changes with it
+            logger.warning(f"{path}: replacing the data configuration of an earlier preparation (changed: "
+                           f"{', '.join(changed)}); checkpoints trained on it were trained with the old one")
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
