@@ -1,4 +1,5 @@
-# Shared by the recipes' run.sh (sourced after "repo" is set): where the fairseq commands are, how training is
+# Shared by the recipes' run.sh, which sets "repo" and its defaults, then sources this with its arguments
+# (source "$repo/recipes/common.sh" "$@"): the command line, where the fairseq commands are, how training is
 # launched, and logging.
 # PYTHON_BIN: directory of python and the fairseq-* commands (and torchrun); default .venv/bin of the repository
 # if present, else the PATH. USER_DIR: see below.
@@ -6,6 +7,28 @@
 # NODE_RANK (this node, 0 .. NNODES-1), MASTER_ADDR (node 0's address) and MASTER_PORT (default 29500): multi-node
 # training. With NPROC * NNODES > 1 the training stages launch fairseq-train under torchrun (fairseq's own
 # distributed data parallel training; the batch of one update is NPROC * NNODES * --update-freq batches).
+
+# The command line: --stage N and --stop-stage N (the first and last stage run; defaults: run.sh's stage and
+# stop_stage), --conf FILE where run.sh sets a default conf (the file must exist; run.sh sources it after this),
+# and the recipe's own options, which run.sh lists in recipe_options ("--arch", or "--a, --b") and takes in
+# recipe_option OPTION VALUE. Anything else exits 2 naming every option the recipe accepts.
+recipe_usage="--stage, --stop-stage${recipe_options:+, $recipe_options}${conf:+, --conf}"
+while [[ $# -gt 0 ]]; do
+  [[ "$1" =~ ^--[a-z-]+$ && ", $recipe_usage, " == *", $1, "* ]] ||
+    { echo "unknown argument: $1 (expected $recipe_usage)" >&2; exit 2; }
+  [[ $# -ge 2 ]] || { echo "$1 needs a value" >&2; exit 2; }
+  case "$1" in
+    --stage) stage="$2" ;;
+    --stop-stage) stop_stage="$2" ;;
+    --conf) conf="$2" ;;
+    *) recipe_option "$1" "$2" ;;
+  esac
+  shift 2
+done
+[[ "${stage-0}" =~ ^[0-9]+$ ]] || { echo "--stage takes a stage number, got '$stage'" >&2; exit 2; }
+[[ "${stop_stage-0}" =~ ^[0-9]+$ ]] || { echo "--stop-stage takes a stage number, got '$stop_stage'" >&2; exit 2; }
+[[ "$recipe_usage" != *--conf || -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+
 bin="${PYTHON_BIN:-}"
 if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
 run() { "${bin:+$bin/}$@"; }

@@ -7,7 +7,8 @@ redirections split, leading ``VAR=value`` assignments dropped), never run. For e
   ``docs/``) exists; a program run directly by its path is executable;
 * ``python SCRIPT.py`` / ``python -m ssm_fairseq.X``: each ``--flag`` is an option of the argparse parser the
   script builds (captured at its ``parse_args`` call, so nothing after parsing runs);
-* a shell script (``recipes/*/run.sh``, ``scripts/*.sh``): each ``--flag`` is one of its ``case`` options;
+* a shell script (``recipes/*/run.sh``, ``scripts/*.sh``): each ``--flag`` is one of its ``case`` options, or
+  for a recipe, one that recipes/common.sh parses for it;
 * ``fairseq-train`` / ``-generate`` / ``-interactive`` / ``-eval-lm`` / ``-validate`` / ``-preprocess``: each
   ``--flag`` is accepted by fairseq's own parser with the plugin's ``--user-dir`` (architecture, task, criterion
   and scheduler options included);
@@ -22,6 +23,7 @@ import os
 import re
 import runpy
 import shlex
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -150,10 +152,19 @@ def captured_parser(script: Path | None = None, module: str | None = None) -> ar
 
 
 def case_options(script: Path) -> set[str]:
-    """The ``--options`` a shell script's ``case "$1" in`` argument loop accepts."""
+    """The ``--options`` a shell script accepts: those of its ``case "$1" in`` argument loop, and for a recipe that
+    hands its arguments to recipes/common.sh, the ones parsed there: --stage, --stop-stage, --conf where the recipe
+    sets a default conf, and the options the recipe lists in recipe_options."""
+    text = script.read_text(encoding="utf-8")
     options = set()
-    for match in re.finditer(r"^\s*((?:--[\w-]+\|?)+)\)", script.read_text(encoding="utf-8"), re.MULTILINE):
+    for match in re.finditer(r"^\s*((?:--[\w-]+\|?)+)\)", text, re.MULTILINE):
         options.update(match.group(1).split("|"))
+    if re.search(r'^source "\$repo/recipes/common\.sh" "\$@"', text, re.MULTILINE):
+        options |= case_options(REPO / "recipes/common.sh")
+        if not re.search(r"^conf=", text, re.MULTILINE):
+            options.discard("--conf")
+        listed = re.search(r'^recipe_options="([^"]*)"', text, re.MULTILINE)
+        options.update(listed.group(1).replace(",", " ").split() if listed else [])
     return options
 
 
@@ -279,3 +290,14 @@ def test_the_checker_finds_wrong_commands(tmp_path):
     assert reports[6] == ["fairseq-generate: --no-such"]
     assert reports[7] == ["the Makefile has no target no-such-target"]
     assert reports[8] == ["python -m ssm_fairseq.cli.average_checkpoints does not accept --lats"]
+
+
+@pytest.mark.parametrize("recipe", sorted(p.relative_to(REPO).as_posix() for p in REPO.glob("recipes/*/run.sh")))
+def test_recipe_options_are_those_its_usage_error_lists(recipe):
+    """case_options reads what a recipe accepts: the options its unknown-argument error names (exit 2, at parsing;
+    with no python to find, a recipe that parsed on would stop at recipes/common.sh's ssm_fairseq lookup)."""
+    result = subprocess.run(["bash", recipe, "--no-such-option"], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "PYTHON_BIN": "/nonexistent", "USER_DIR": ""}, timeout=60)
+    listed = re.search(r"^unknown argument: --no-such-option \(expected (.*)\)$", result.stderr, re.MULTILINE)
+    assert result.returncode == 2 and listed, result.stderr
+    assert set(listed.group(1).split(", ")) == case_options(REPO / recipe)

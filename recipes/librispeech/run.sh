@@ -24,16 +24,10 @@ stage=0
 stop_stage=5
 conf="$repo/recipes/librispeech/conf/librispeech.sh"
 arch_override=
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --stage) stage="$2"; shift 2 ;;
-    --stop-stage) stop_stage="$2"; shift 2 ;;
-    --arch) arch_override="$2"; shift 2 ;;
-    --conf) conf="$2"; shift 2 ;;
-    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --arch, --conf)" >&2; exit 2 ;;
-  esac
-done
-[[ -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+recipe_options="--arch"
+recipe_option() { arch_override="$2"; }  # --arch NAME: in place of the conf's arch
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settings)
 # shellcheck source=conf/librispeech.sh
 source "$conf"
 arch="${arch_override:-$arch}"
@@ -46,8 +40,6 @@ seed="${SEED:-1}"
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEED must be a non-negative integer, got '$seed'" >&2; exit 2; }
 save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
-# shellcheck source=../common.sh
-source "$repo/recipes/common.sh"
 train_subset="${train_name:-${train_sets// /,}}"
 # every subset once, in order: training, validation, evaluation
 all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"

@@ -25,22 +25,13 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage=0
 stop_stage=6
 conf="$repo/recipes/mlm/conf/mlm.sh"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --stage) stage="$2"; shift 2 ;;
-    --stop-stage) stop_stage="$2"; shift 2 ;;
-    --conf) conf="$2"; shift 2 ;;
-    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --conf)" >&2; exit 2 ;;
-  esac
-done
-[[ -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settings)
 default_work="exp/mlm"
 [[ "$(basename "$conf")" == sample.sh ]] && default_work="exp/mlm_sample"
 work_dir="${WORK_DIR:-$default_work}"
 # shellcheck source=conf/mlm.sh
 source "$conf"
-# shellcheck source=../common.sh
-source "$repo/recipes/common.sh"
 bpe_dir="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
 

@@ -24,20 +24,11 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage=0
 stop_stage=6
 conf="$repo/recipes/seq2seq/conf/sample.sh"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --stage) stage="$2"; shift 2 ;;
-    --stop-stage) stop_stage="$2"; shift 2 ;;
-    --conf) conf="$2"; shift 2 ;;
-    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --conf)" >&2; exit 2 ;;
-  esac
-done
-[[ -f "$conf" ]] || { echo "no such conf file: $conf" >&2; exit 2; }
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settings)
 work_dir="${WORK_DIR:-exp/seq2seq_$(basename "$conf" .sh)}"
 # shellcheck source=conf/sample.sh
 source "$conf"
-# shellcheck source=../common.sh
-source "$repo/recipes/common.sh"
 bpe="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
 
@@ -64,9 +55,13 @@ fi
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-preprocess -> $data_bin (one dictionary, <mask> appended as the denoising task adds it)"
   rm -rf "$data_bin" "$work_dir/dict"
-  run fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --trainpref "$bpe/train" \
-    --destdir "$work_dir/dict" --dict-only --workers "$(nproc)"
-  cp "$work_dir/dict/dict.src.txt" "$work_dir/dict.txt"
+  # one dictionary of every piece in the pre-training text and in both sides of the training pairs (the text
+  # SentencePiece was trained on), so that neither task meets <unk>
+  mkdir -p "$work_dir/dict"
+  cat "$bpe/pretrain.train.txt" "$bpe/train.src" "$bpe/train.tgt" > "$work_dir/dict/all.txt"
+  run fairseq-preprocess --only-source --trainpref "$work_dir/dict/all.txt" --destdir "$work_dir/dict" --dict-only \
+    --workers "$(nproc)"
+  cp "$work_dir/dict/dict.txt" "$work_dir/dict.txt"
   echo "<mask> 1" > "$work_dir/dict.mask.txt"
   cat "$work_dir/dict.txt" "$work_dir/dict.mask.txt" > "$work_dir/dict.with-mask.txt"
   run fairseq-preprocess --source-lang src --target-lang tgt --srcdict "$work_dir/dict.with-mask.txt" \

@@ -15,25 +15,18 @@
 # several nodes (recipes/common.sh). On CPU add --cpu --distributed-backend gloo to TRAIN_ARGS.
 set -euo pipefail
 
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage=0
 stop_stage=4
 arch=spade_lm_wiki103
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --stage) stage="$2"; shift 2 ;;
-    --stop-stage) stop_stage="$2"; shift 2 ;;
-    --arch) arch="$2"; shift 2 ;;
-    *) echo "unknown argument: $1 (expected --stage, --stop-stage, --arch)" >&2; exit 2 ;;
-  esac
-done
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+recipe_options="--arch"
+recipe_option() { arch="$2"; }  # --arch NAME
+# shellcheck source=../common.sh
+source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settings)
 data_dir="${DATA_DIR:-data/wikitext-103}"
 work_dir="${WORK_DIR:-exp/wikitext103}"
 tokens_per_sample="${TOKENS_PER_SAMPLE:-3072}"
 context_window="${CONTEXT_WINDOW:-400}"
-# shellcheck source=../common.sh
-source "$repo/recipes/common.sh"
 data_bin="$work_dir/data-bin"
 save_dir="$work_dir/checkpoints/$arch"
 
