@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ ARCHS = ("mssm_roberta_base", "local_roberta_base")
 
 
 def recipe_env(work: Path, **extra) -> dict:
-    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), MAX_UPDATE="30", FINETUNE_MAX_EPOCH="1",
+    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), MAX_UPDATE="30", FINETUNE_MAX_EPOCH="5",
                 TRAIN_ARGS="--cpu --num-workers 0 --no-epoch-checkpoints", VALID_ARGS="--cpu",
                 FINETUNE_ARGS="--cpu --num-workers 0", **extra)
 
@@ -50,13 +51,17 @@ def test_pretraining_trains_on_4096_token_blocks_and_the_table_reports_both_mode
         assert f"| ppl {row.group(3)} |" in validated
 
 
-def test_finetuning_starts_from_the_pretrained_checkpoint(recipe):
+def test_finetuning_starts_from_the_pretrained_checkpoint_and_beats_the_majority_label(recipe):
     work, out = recipe
+    labels = Counter(line.split("\t")[0] for line in (work / "raw/labelled/valid.tsv").read_text().splitlines())
+    majority = 100 * max(labels.values()) / sum(labels.values())
     for arch in ARCHS:
         log = (work / f"finetune_{arch}.log").read_text()
         assert f"Loaded checkpoint {work}/checkpoints/{arch}/checkpoint_best.pt" in log
         accuracy = re.search(rf"^\| {arch} \| ([0-9.]+) \|$", out, flags=re.M)
-        assert accuracy and 0 <= float(accuracy.group(1)) <= 100
+        # always answering the most frequent label scores 27.5% on the 80 valid passages; measured: 17.5 (mssm)
+        # and 27.5 (local) after 1 epoch, 98.8 and 98.8 after 5
+        assert accuracy and float(accuracy.group(1)) > majority + 30, (accuracy and accuracy.group(0), majority)
 
 
 def test_the_recipe_restarts_at_the_table(recipe):
