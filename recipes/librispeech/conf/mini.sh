@@ -24,7 +24,8 @@ warmup_updates="${WARMUP_UPDATES:-100}"
 # 30 epochs, peak held to epoch 20: with 18 epochs (hold to 12) the dev loss was still falling steeply at the end
 # and the test WER over seeds 1-5 ranged 14.6-22.3% (a seed's luck was how far it got); at 30 epochs every seed's
 # dev loss levels off (0.14-0.27) and in two runs of seeds 1-5 the test WER was 8.4-18.7%, means 12.0 and 13.0
-# (docs/asr.md: make demo over seeds; averaging 5 or 10 epochs, SpecAugment and dropout 0.2 did not narrow it).
+# (docs/asr.md: make demo over seeds; averaging 5 or 10 epochs, SpecAugment
+# with or without frequency masks and dropout 0.2 did not narrow it).
 # A higher or lower peak lr (6e-3, 2e-3) or smaller or larger batches (750, 3000 frames) learned more slowly over
 # the first 8 epochs.
 hold_until_epoch="${HOLD_UNTIL_EPOCH:-20}"
