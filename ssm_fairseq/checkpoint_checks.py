@@ -89,10 +89,17 @@ def corrupted_member(path: str | os.PathLike) -> str | None:
         return None
 
 
+UNINITIALISED_BUFFER = "_float_tensor"
+"""fairseq's adaptive input and softmax register ``_float_tensor = torch.FloatTensor(1)``: uninitialised memory
+that only carries a dtype and device, so it may hold anything, NaN included."""
+
+
 def first_non_finite_parameter(model_state: Mapping[str, Any]) -> str | None:
     """``NAME (N of M values NaN or inf)`` for the first floating-point tensor of ``model_state`` holding NaN or
-    inf, or None."""
+    inf, or None; fairseq's uninitialised ``_float_tensor`` placeholders are not values and are skipped."""
     for name, value in model_state.items():
+        if name.rsplit(".", 1)[-1] == UNINITIALISED_BUFFER:
+            continue
         if torch.is_tensor(value) and value.is_floating_point():
             bad = int((~torch.isfinite(value)).sum())
             if bad:
