@@ -16,7 +16,7 @@ class Task:
     """The part of a fairseq language-modelling task the model uses: its dictionary."""
 
     def __init__(self, vocab_size: int = 30):
-        self.source_dictionary = self.target_dictionary = Dictionary()
+        self.source_dictionary = self.target_dictionary = self.dictionary = Dictionary()  # lstm_lm reads .dictionary
         for i in range(vocab_size - len(self.source_dictionary)):
             self.source_dictionary.add_symbol(f"w{i}")
 

@@ -24,6 +24,7 @@ from .hypothesis import (
     MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
     selectable, start_predictor,
 )
+from .lm_fusion import LanguageModelFusion
 
 
 class _Prefix(NamedTuple):
@@ -33,6 +34,7 @@ class _Prefix(NamedTuple):
     token_scores: tuple[float, ...]
     frames: tuple[int, ...]
     row: int  # the predictor state of this prefix in the search's state bank
+    lm_row: int = -1  # its language-model state in the fusion's bank (-1: no fusion)
 
 
 def _log_add(a: float, b: float) -> float:
@@ -70,7 +72,7 @@ def ranking_score(score: float, length: int, length_norm: float) -> float:
 def beam_search(
     model, encoder_out: Tensor, encoder_lengths: Tensor, beam: int,
     max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, nbest: int = 1, suppress: Sequence[int] = (),
-    length_norm: float = 0.0, blank_penalty: float = 0.0,
+    length_norm: float = 0.0, blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch.
 
@@ -84,6 +86,9 @@ def beam_search(
         suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
         length_norm: rank the final hypotheses by ``score / (len + 1) ** length_norm`` (``ranking_score``); the
             search itself and the returned scores are unchanged.
+        blank_penalty: subtracted from the blank's logit (``joint_log_probs``).
+        fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's (shallow
+            fusion); the scores are then fused scores, and a finished hypothesis adds the LM's ``</s>`` score.
 
     Returns:
         for each utterance, its ``nbest`` hypotheses, best first.
@@ -95,7 +100,8 @@ def beam_search(
     encoder_proj = model.joiner.encoder_proj(encoder_out)
     # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
     bank_proj, bank_state = start_predictor(model, 1, device)
-    beams = [[_Prefix((), 0.0, 0.0, (), (), 0)] for _ in range(batch)]
+    lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
+    beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
     lengths = encoder_lengths.tolist()
     for t in range(max(lengths, default=0)):
         live = [b for b in range(batch) if lengths[b] > t]
@@ -105,17 +111,21 @@ def beam_search(
             utterances = torch.tensor([b for b, _ in frontier], device=device)
             rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
             log_probs = joint_log_probs(model, encoder_proj[utterances, t], bank_proj[rows], blank_penalty)
+            if fusion is not None:
+                log_probs = log_probs + fusion.scores([prefix.lm_row for _, prefix in frontier], device)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, blank].tolist()):
                 _leave_frame(finished[b], prefix, blank_score)
             frontier, bank_proj, bank_state = _expand(
-                model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state)
+                model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion)
             if not frontier:
                 break
         for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
             _leave_frame(finished[b], prefix, 0.0)
         for b in live:
             beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:beam]
-        bank_proj, bank_state, beams = _compact(bank_proj, bank_state, beams)
+        bank_proj, bank_state, beams = _compact(bank_proj, bank_state, beams, fusion)
+    if fusion is not None:
+        beams = [_finish(prefixes, fusion) for prefixes in beams]
     results = []
     for prefixes in beams:
         ranked = sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens), length_norm))
@@ -124,7 +134,7 @@ def beam_search(
     return results
 
 
-def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state):
+def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion):
     """Extend the frontier by one label: the ``beam`` best (prefix, label) pairs of each utterance.
 
     Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
@@ -155,22 +165,31 @@ def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, 
     labels = torch.tensor([label for _, label, _ in chosen], device=log_probs.device)
     label_scores = log_probs[torch.tensor([i for i, _, _ in chosen]), labels].tolist()
     new_proj, new_state = advance_predictor(model, labels, select_rows(bank_state, parents))
+    lm_rows = ([-1] * len(chosen) if fusion is None else
+               fusion.advance([frontier[i][1].lm_row for i, _, _ in chosen], [label for _, label, _ in chosen]))
     first = bank_proj.shape[0]
     bank_proj = torch.cat([bank_proj, new_proj])
     bank_state = [(torch.cat([h, nh], 1), torch.cat([c, nc], 1)) for (h, c), (nh, nc) in zip(bank_state, new_state)]
     new_frontier = []
-    for n, ((i, label, score), label_score) in enumerate(zip(chosen, label_scores)):
+    for n, ((i, label, score), label_score, lm_row) in enumerate(zip(chosen, label_scores, lm_rows)):
         b, parent = frontier[i]
         new_frontier.append((b, _Prefix(
             parent.tokens + (label,), score, parent.path_score + label_score, parent.token_scores + (label_score,),
-            parent.frames + (t,), first + n)))
+            parent.frames + (t,), first + n, lm_row)))
     return new_frontier, bank_proj, bank_state
 
 
-def _compact(bank_proj, bank_state, beams):
-    """Keep only the bank rows that the beams use, and renumber the prefixes."""
+def _compact(bank_proj, bank_state, beams, fusion):
+    """Keep only the bank rows (and the fusion's LM rows) that the beams use, and renumber the prefixes."""
     used = sorted({prefix.row for prefixes in beams for prefix in prefixes})
     new_row = {row: n for n, row in enumerate(used)}
+    new_lm_row = {-1: -1} if fusion is None else fusion.keep([p.lm_row for prefixes in beams for p in prefixes])
     index = torch.tensor(used, device=bank_proj.device)
-    beams = [[p._replace(row=new_row[p.row]) for p in prefixes] for prefixes in beams]
+    beams = [[p._replace(row=new_row[p.row], lm_row=new_lm_row[p.lm_row]) for p in prefixes] for prefixes in beams]
     return bank_proj[index], select_rows(bank_state, index), beams
+
+
+def _finish(prefixes: list[_Prefix], fusion: LanguageModelFusion) -> list[_Prefix]:
+    """The prefixes of a finished utterance with the LM's ``</s>`` score added (0 without ``--lm-eos``)."""
+    eos = fusion.eos_scores([p.lm_row for p in prefixes])
+    return [p._replace(score=p.score + e, path_score=p.path_score + e) for p, e in zip(prefixes, eos)]
