@@ -102,6 +102,22 @@ def load_checkpoint(checkpoint: Path | str, data_dir: Path | str | None = None, 
     return state
 
 
+def load_language_model(path: Path | str, data_dir: Path | str, device: torch.device):
+    """A fairseq language model for fusion, loaded as ``fairseq-generate --lm-path`` loads it: with its task's data
+    replaced by ``data_dir`` (whose ``dict.txt`` is then its dictionary), in eval mode on ``device``."""
+    dictionary = Path(data_dir) / "dict.txt"
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"language model not found: {path}")
+    if not dictionary.is_file():
+        raise FileNotFoundError(f"{dictionary}: not found; the language model {path} is loaded with the data "
+                                f"directory's dict.txt (the transducer's dictionary; ssm-prepare-librispeech writes it)")
+    models, cfg = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"data": str(data_dir)})
+    lm = models[0]
+    lm.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it (fairseq's .eval() returns None)
+    lm.to(device)
+    return lm
+
+
 class Transcriber:
     """A transducer checkpoint loaded once (model, dictionary, feature transforms, search).
 
@@ -120,12 +136,16 @@ class Transcriber:
         batch_size: most files in a batch.
         precision: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``: the dtype the model decodes in, as
             ``fairseq-generate --fp16`` / ``--bf16`` (the joiner's log-softmax and the scores stay float32).
+        lm_path, lm_weight, lm_eos: shallow fusion with a fairseq language model, as ``fairseq-generate --lm-path
+            --lm-weight`` (and ``--no-lm-eos`` for ``lm_eos=False``): the LM is loaded with the data directory's
+            ``dict.txt``, which must hold the transducer's units. The LM stays in float32.
     """
 
     def __init__(self, checkpoint: Path | str, data_dir: Path | str | None = None,
                  device: str | torch.device | None = None, beam: int = 4, search: str = "exact",
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, lenpen: float = 1.0, blank_penalty: float = 0.0,
-                 max_tokens: int | None = None, batch_size: int | None = None, precision: str = "float32"):
+                 max_tokens: int | None = None, batch_size: int | None = None, precision: str = "float32",
+                 lm_path: Path | str | None = None, lm_weight: float = 0.0, lm_eos: bool = True):
         for name, value in [("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame),
                             ("max_tokens", max_tokens), ("batch_size", batch_size)]:
             if value is not None and value < 1:
@@ -140,7 +160,7 @@ class Transcriber:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {self.device} asked for, but CUDA is not available here (--cpu decodes on CPU)")
         state = load_checkpoint(checkpoint, data_dir, search=search, max_symbols_per_frame=max_symbols_per_frame,
-                                blank_penalty=blank_penalty)
+                                blank_penalty=blank_penalty, lm_eos=lm_eos)
         cfg = state["cfg"]
         self.task = tasks.setup_task(cfg.task)
         with naming_the_checkpoint(str(checkpoint)):
@@ -149,13 +169,17 @@ class Transcriber:
         self.model.to(self.device)
         self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
         self.model.to(PRECISIONS[precision])  # the generator casts the features to the model's dtype
-        self.generator = self.task.build_generator([self.model], Namespace(beam=beam, nbest=1, lenpen=lenpen))
+        lm = None if lm_path is None else load_language_model(lm_path, cfg.task.data, self.device)
+        self.generator = self.task.build_generator([self.model], Namespace(beam=beam, nbest=1, lenpen=lenpen),
+                                                   extra_gen_cls_kwargs={"lm_model": lm, "lm_weight": lm_weight})
         self.dictionary = self.task.target_dictionary
         self.tokenizer = self.task.build_tokenizer(self.task.args)
         self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
             self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
         searching = "greedy search" if beam == 1 else f"beam {beam}, {search} search"
+        if lm is not None:
+            searching += f", fused with {lm_path} (weight {lm_weight})"
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
                     f"parameters, on {self.device} in {precision}; {searching}")
 
@@ -262,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="beam search ranks final hypotheses by score / (labels + 1) ** lenpen (default 1)")
     parser.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
                         help="subtract P from the blank's logit during search (default 0)")
+    parser.add_argument("--lm-path", default=None,
+                        help="a fairseq language model over the transducer's units, fused into the search")
+    parser.add_argument("--lm-weight", type=float, default=0.0, help="the language model's weight (default 0)")
+    parser.add_argument("--lm-eos", action=argparse.BooleanOptionalAction, default=True,
+                        help="add the LM's end-of-sentence score to finished hypotheses (default: on)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
@@ -283,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         transcriber = Transcriber(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None,
                                   beam=args.beam, search=args.search, max_symbols_per_frame=args.max_symbols_per_frame,
                                   lenpen=args.lenpen, blank_penalty=args.blank_penalty, max_tokens=args.max_tokens,
-                                  batch_size=args.batch_size, precision=args.precision)
+                                  batch_size=args.batch_size, precision=args.precision, lm_path=args.lm_path,
+                                  lm_weight=args.lm_weight, lm_eos=args.lm_eos)
         start = time.perf_counter()
         texts = transcriber.transcribe(args.audio)
     except InputError as error:

@@ -230,3 +230,86 @@ def test_non_finite_search_options_are_refused_naming_the_option(trained, option
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip().splitlines()[-1].endswith(f"| ERROR | ssm_fairseq.transcribe | {flag} must be a finite "
                                                         f"number, got {value}")
+
+
+LM_ARCHS = {  # tiny language models over the transducer's units, trained for a few updates
+    "spade_lm": "--decoder-layers 1 --decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --decoder-attention-heads 2 "
+                "--attention-window 4 --ssm-state-size 4",
+    "transformer_lm": "--decoder-layers 1 --decoder-embed-dim 16 --decoder-ffn-embed-dim 32 "
+                      "--decoder-attention-heads 2",
+}
+
+
+@pytest.fixture(scope="module")
+def language_models(trained, tmp_path_factory) -> dict[str, Path]:
+    """{arch: checkpoint} of LMs trained on the fixture's training transcripts, as recipe stages 6-7 train them."""
+    data, _, _ = trained
+    root = tmp_path_factory.mktemp("lm")
+    assert _script("prepare_lm_text").main(["--data", str(data), "--out", str(root / "text"), "--train-manifests",
+                                            "train-mini", "--valid-manifests", "test-mini"]) == 0
+    run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(data / "dict.txt"), "--trainpref",
+            str(root / "text/train.txt"), "--validpref", str(root / "text/valid.txt"), "--destdir", str(root / "bin"),
+            "--workers", "1"])
+    checkpoints = {}
+    for arch, flags in LM_ARCHS.items():
+        run_ok([str(BIN / "fairseq-train"), str(root / "bin"), "--user-dir", "ssm_fairseq", "--task",
+                "language_modeling", "--arch", arch, *flags.split(), "--sample-break-mode", "eos",
+                "--tokens-per-sample", "256", "--optimizer", "adam", "--lr", "1e-2", "--max-update", "10",
+                "--batch-size", "4", "--save-dir", str(root / arch), "--no-epoch-checkpoints", "--num-workers", "0",
+                "--cpu"], env=SINGLE_THREAD)
+        checkpoints[arch] = root / arch / "checkpoint_best.pt"
+    return checkpoints
+
+
+def _scored(path: Path) -> tuple[dict[str, str], dict[str, float], dict[str, list[float]]]:
+    """fairseq-generate's D- texts, H- scores and P- per-unit scores by sample id."""
+    text = path.read_text()
+    texts = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", text, flags=re.M))
+    scores = {i: float(s) for i, s in re.findall(r"^H-(\d+)\t(\S+)\t", text, flags=re.M)}
+    positional = {i: [float(x) for x in p.split()] for i, p in re.findall(r"^P-(\d+)\t(.*)$", text, flags=re.M)}
+    return texts, scores, positional
+
+
+@pytest.mark.parametrize("arch", list(LM_ARCHS))
+def test_fairseq_generate_and_transcribe_fuse_a_language_model(trained, language_models, tmp_path, arch):
+    """fairseq-generate --lm-path / --lm-weight and transcribe(lm_path=, lm_weight=) agree; H- scores are the fused
+    scores (not the transducer's) and the P- per-unit scores still sum to them."""
+    data, checkpoint, files = trained
+    outputs = {}
+    for weight in ("0", "0.8"):
+        out = tmp_path / weight
+        run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+                "--path", str(checkpoint), "--gen-subset", "test-mini", "--post-process", "sentencepiece",
+                *_cli_options(SEARCH), "--lm-path", str(language_models[arch]), "--lm-weight", weight,
+                "--results-path", str(out), "--cpu"], env=SINGLE_THREAD)
+        outputs[weight] = _scored(out / "generate-test-mini.txt")
+    texts, scores, positional = outputs["0.8"]
+    for i, score in scores.items():
+        assert sum(positional[i]) == pytest.approx(score, abs=1e-3 * len(positional[i]))
+        assert score != outputs["0"][1][i]  # the LM's scores are in the score
+    expected = [texts[str(i)] for i in range(len(files))]
+    assert transcribe(files, checkpoint, device="cpu", lm_path=language_models[arch], lm_weight=0.8,
+                      **SEARCH) == expected
+    plain = [outputs["0"][0][str(i)] for i in range(len(files))]
+    assert transcribe(files, checkpoint, device="cpu", **SEARCH) == plain  # weight 0: the search without an LM
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint),
+                          *_cli_options(SEARCH), "--lm-path", str(language_models[arch]), "--lm-weight", "0.8",
+                          "--cpu", *map(str, files)], capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == [f"{path}\t{text}" for path, text in zip(files, expected)]
+
+
+def test_fusion_without_the_lm_dictionary_or_the_lm_is_refused(trained, language_models, tmp_path):
+    data, checkpoint, files = trained
+    bare = tmp_path / "data"
+    shutil.copytree(data, bare)
+    (bare / "dict.txt").unlink()
+    out = subprocess.run([str(BIN / "fairseq-generate"), str(bare), "--user-dir", "ssm_fairseq", "--task",
+                          "speech_transducer", "--path", str(checkpoint), "--gen-subset", "test-mini", "--lm-path",
+                          str(language_models["spade_lm"]), "--lm-weight", "0.5", "--cpu"],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode != 0 and f"loads the language model with {bare}/dict.txt, which does not exist" in out.stderr
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{bare}/dict.txt: not found")):
+        Transcriber(checkpoint, data_dir=bare, device="cpu", lm_path=language_models["spade_lm"], lm_weight=0.5)
+    with pytest.raises(ValueError, match="--lm-weight 0.5 needs a language model"):
+        Transcriber(checkpoint, device="cpu", lm_weight=0.5)

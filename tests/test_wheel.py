@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-average-checkpoints": "ssm_fairseq.cli.average_checkpoints",
+            "ssm-prepare-lm-text": "ssm_fairseq.cli.prepare_lm_text",
             "ssm-transcribe": "ssm_fairseq.transcribe",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels"}
 

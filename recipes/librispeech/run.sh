@@ -7,6 +7,10 @@
 # and config.yaml (scripts/prepare_librispeech.py), 2 fairseq-train (Adam, warmup_hold_exp_decay; resumes
 # from checkpoint_last.pt), 3 average the last epoch checkpoints, 4 fairseq-generate on each evaluation set
 # (transducer beam search), 5 print a markdown WER table. Every stage can be re-run on its own.
+# Language-model fusion, after stage 5 (run.sh --stage 6 --stop-stage 8): 6 language-model text in the
+# transducer's units (the conf's lm_train_text, or the training transcripts; scripts/prepare_lm_text.py) and
+# fairseq-preprocess with the data's dict.txt, 7 fairseq-train --task language_modeling --arch LM_ARCH, 8 stage 4's
+# search fused with the LM (fairseq-generate --lm-path --lm-weight) at each weight of lm_weights, and a WER table.
 #
 # --conf: conf/librispeech.sh (LibriSpeech 960 h, the default) or conf/mini.sh (the shipped mini corpus; what
 # `make demo` runs). Environment: WORK_DIR (default exp/librispeech or exp/librispeech_mini), TRAIN_ARGS and
@@ -40,6 +44,8 @@ seed="${SEED:-1}"
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEED must be a non-negative integer, got '$seed'" >&2; exit 2; }
 save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
+lm_dir="$work_dir/lm"
+lm_save_dir="$work_dir/checkpoints/lm_$lm_arch"
 train_subset="${train_name:-${train_sets// /,}}"
 # every subset once, in order: training, validation, evaluation
 all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"
@@ -97,15 +103,72 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   done
 fi
 
+# wer_of DIR SUBSET STAGE: the WER fairseq-generate printed into DIR for SUBSET (fails naming the stage to run)
+wer_of() {
+  local result="$1/generate-$2.txt" wer
+  [[ -f "$result" ]] || { echo "no decoding of $2: run stage $3 first ($result)" >&2; return 1; }
+  wer="$(sed -n 's/^Generate .* WER: \([0-9.]*\)$/\1/p' "$result" | tail -n 1)"
+  [[ -n "$wer" ]] || { echo "no WER line in $result" >&2; return 1; }
+  echo "$wer"
+}
+
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   log "stage 5: WER table ($work_dir/decode/$arch)"
   header="| model |" rule="|---|" row="| $arch (beam $beam) |"
   for subset in $eval_sets; do
-    result="$work_dir/decode/$arch/$subset/generate-$subset.txt"
-    [[ -f "$result" ]] || { echo "no decoding of $subset: run stage 4 first ($result)" >&2; exit 1; }
-    wer="$(sed -n 's/^Generate .* WER: \([0-9.]*\)$/\1/p' "$result" | tail -n 1)"
-    [[ -n "$wer" ]] || { echo "no WER line in $result" >&2; exit 1; }
+    wer="$(wer_of "$work_dir/decode/$arch/$subset" "$subset" 4)"
     header+=" $subset WER % |" rule+="---|" row+=" $wer |"
   done
   printf '%s\n%s\n%s\n' "$header" "$rule" "$row" | tee "$work_dir/wer_$arch.md"
+fi
+
+if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
+  [[ -f "$data_dir/dict.txt" ]] ||
+    { echo "$data_dir/dict.txt missing (prepared by an earlier release): re-run stage 1" >&2; exit 1; }
+  if [[ -n "$lm_train_text" ]]; then
+    if [[ ! -f "$lm_train_text" && "$download" == 1 ]]; then
+      log "stage 6: downloading the LibriSpeech LM corpus from openslr -> $lm_train_text"
+      mkdir -p "$(dirname "$lm_train_text")"
+      curl -fL --retry 3 -o "$lm_train_text.part" "https://www.openslr.org/resources/11/$(basename "$lm_train_text")"
+      mv "$lm_train_text.part" "$lm_train_text"
+    fi
+    lm_source=(--train-text "$lm_train_text")
+  else
+    lm_source=(--train-manifests "${train_sets// /,}")
+  fi
+  log "stage 6: language-model text (${lm_source[*]}) in the transducer's units -> $lm_dir"
+  run python "$repo/scripts/prepare_lm_text.py" --data "$data_dir" --out "$lm_dir/text" "${lm_source[@]}" \
+    --valid-manifests "$valid_sets"
+  run fairseq-preprocess --only-source --srcdict "$data_dir/dict.txt" --trainpref "$lm_dir/text/train.txt" \
+    --validpref "$lm_dir/text/valid.txt" --destdir "$lm_dir/bin" --workers 2
+fi
+
+if [[ $stage -le 7 && $stop_stage -ge 7 ]]; then
+  log "stage 7: fairseq-train --task language_modeling --arch $lm_arch -> $lm_save_dir"
+  # shellcheck disable=SC2086
+  fairseq_train "$lm_dir/bin" --user-dir "$user_dir" --task language_modeling --arch "$lm_arch" $lm_model_args \
+    --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 1 --lr-scheduler inverse_sqrt $lm_train_args \
+    --save-dir "$lm_save_dir" --no-epoch-checkpoints --seed "$seed" --log-format simple --log-interval 50
+fi
+
+if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
+  lm_checkpoint="$lm_save_dir/checkpoint_best.pt"
+  [[ -f "$lm_checkpoint" ]] || { echo "no language model $lm_checkpoint: run stage 7 first" >&2; exit 1; }
+  header="| LM weight ($lm_arch) |" rule="|---|" rows=()
+  for subset in $eval_sets; do header+=" $subset WER % |" rule+="---|"; done
+  for weight in $lm_weights; do
+    row="| $weight |"
+    for subset in $eval_sets; do
+      out="$work_dir/decode/$arch/lm_${lm_arch}_$weight/$subset"
+      log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight -> $out"
+      # shellcheck disable=SC2086
+      run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
+        --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
+        --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" --results-path "$out" \
+        ${DECODE_ARGS:-} > /dev/null
+      row+=" $(wer_of "$out" "$subset" 8) |"
+    done
+    rows+=("$row")
+  done
+  printf '%s\n' "$header" "$rule" "${rows[@]}" | tee "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi

@@ -11,6 +11,9 @@ Output in ``--out``:
   with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
 - ``spm_unigram{V}.model`` / ``.txt``: a SentencePiece unigram model trained on the training transcripts and
   its fairseq dictionary (ids agree: 0 ``<s>``, the transducer's blank, 1 ``<pad>``, 2 ``</s>``, 3 ``<unk>``);
+- ``dict.txt``: the same dictionary under the name fairseq's ``language_modeling`` task reads: a language model
+  trained over it (``fairseq-preprocess --srcdict dict.txt``) can be fused into the transducer's search
+  (``fairseq-generate --lm-path``, which loads the LM with this directory's ``dict.txt``);
 - ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets
   unless ``--no-specaugment``.
 
@@ -38,6 +41,7 @@ import argparse
 import contextlib
 import logging
 import multiprocessing
+import shutil
 import sys
 import tempfile
 import time
@@ -57,6 +61,7 @@ logger = logging.getLogger("prepare_librispeech")
 
 LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
                        "test-clean", "test-other"]
+LM_DICTIONARY = "dict.txt"  # the dictionary again, where fairseq's language_modeling task (and LM fusion) reads it
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
@@ -296,6 +301,9 @@ def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
             new.replace(old)
     if conflicts:
         logger.warning(f"--overwrite-vocabulary: replaced {', '.join(map(str, conflicts))} with {out / name}")
+    lm_dictionary = out / LM_DICTIONARY
+    if not lm_dictionary.is_file() or lm_dictionary.read_bytes() != (out / f"{name}.txt").read_bytes():
+        shutil.copyfile(out / f"{name}.txt", lm_dictionary)
     return name
 
 

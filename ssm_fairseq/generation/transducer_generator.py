@@ -9,6 +9,7 @@ from torch import Tensor
 from .beam_search import beam_search
 from .greedy_search import greedy_search
 from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
+from .lm_fusion import LanguageModelFusion, check_same_units
 
 
 class NonFiniteScoreError(ValueError):
@@ -40,6 +41,11 @@ class TransducerGenerator:
         length_norm: beam search ranks its final hypotheses by ``score / (len + 1) ** length_norm``.
         blank_penalty: subtracted from the blank's logit before the softmax (icefall's ``--blank-penalty``); the
             scores are then those of the penalised distribution. 0 (the default) keeps the model's.
+        lm_model: a fairseq language model over the same dictionary, fused into the search (``lm_fusion``): every
+            emitted label scores ``log p_asr + lm_weight * log p_lm``, and the scores, ``H-`` and ``P-`` lines
+            included, are fused scores. None (the default) decodes with the transducer alone.
+        lm_weight: the LM's weight; 0 leaves the search as it is without an LM.
+        lm_eos: add ``lm_weight * log p_lm(</s> | hypothesis)`` when a hypothesis is finished.
         dtype: the floating-point type to decode in; the model is converted to it (``torch.bfloat16`` for
             ``fairseq-generate --bf16``, which, unlike ``--fp16``, fairseq leaves to the generator). None keeps the
             model's dtype. Either way the features are cast to the model's dtype before the encoder; kernels and
@@ -48,7 +54,8 @@ class TransducerGenerator:
 
     def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1,
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0,
-                 blank_penalty: float = 0.0, dtype: torch.dtype | None = None):
+                 blank_penalty: float = 0.0, lm_model=None, lm_weight: float = 0.0, lm_eos: bool = True,
+                 dtype: torch.dtype | None = None):
         if len(models) != 1:
             raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
                              "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
@@ -60,6 +67,16 @@ class TransducerGenerator:
         self.eos = tgt_dict.eos()
         self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
+        if not math.isfinite(lm_weight):
+            raise ValueError(f"--lm-weight must be a finite number, got {lm_weight}")
+        if lm_weight and lm_model is None:
+            raise ValueError(f"--lm-weight {lm_weight} needs a language model (--lm-path)")
+        if lm_model is not None:
+            check_same_units(lm_model.decoder.dictionary, tgt_dict)
+        self.lm_model = lm_model
+        if lm_model is not None:
+            lm_model.eval()  # fairseq models' eval() returns None
+        self.lm_weight, self.lm_eos = lm_weight, lm_eos
 
     @torch.no_grad()
     def generate(self, models, sample: dict, **unused) -> list[list[dict]]:
@@ -69,13 +86,15 @@ class TransducerGenerator:
         features = net_input["src_tokens"].to(self.model_dtype())
         encoder = self.model.encoder(features, net_input["src_lengths"])
         encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
+        fusion = None if self.lm_model is None else LanguageModelFusion(
+            self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos)
         if self.beam == 1:
             results = [[hypothesis] for hypothesis in greedy_search(
                 self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame, self.suppress,
-                self.blank_penalty)]
+                self.blank_penalty, fusion)]
         else:
             results = beam_search(self.model, encoder_out, encoder_lengths, self.beam, self.max_symbols_per_frame,
-                                  self.nbest, self.suppress, self.length_norm, self.blank_penalty)
+                                  self.nbest, self.suppress, self.length_norm, self.blank_penalty, fusion)
         self._check_finite(results, sample)
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]

@@ -3,8 +3,9 @@
 Data (manifests, ``config.yaml``, SpecAugment, CMVN, SentencePiece) is fairseq's speech-to-text layer unchanged;
 ``ssm-prepare-librispeech`` (``scripts/prepare_librispeech.py``) writes it. This task builds the ``transducer``
 models and, for ``fairseq-generate``, the transducer search (``--beam 1`` greedy, ``--beam N`` beam search, ``--nbest``,
-``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, and fairseq's
-``--lenpen`` / ``--unnormalized`` for beam search's final ranking). Decoding stops, naming the utterance, at
+``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, fairseq's
+``--lenpen`` / ``--unnormalized`` for beam search's final ranking, and fairseq's ``--lm-path`` / ``--lm-weight``
+for shallow fusion with a language model over the same units, with ``--lm-eos`` / ``--no-lm-eos``). Decoding stops, naming the utterance, at
 features with NaN or inf (training drops them: see the ``transducer`` criterion); ``--arch`` must be a transducer.
 
 The model's configuration records the dictionary it is trained with: when training starts, ``build_model`` stores the
@@ -78,8 +79,9 @@ class SpeechTransducerTask(SpeechToTextTask):
     """``--task speech_transducer``: fairseq's ``speech_to_text`` data (``DATA/config.yaml``, ``SPLIT.tsv``) for
     ``*_transducer`` models, decoded by transducer search in ``fairseq-generate``.
 
-    Options besides ``speech_to_text``'s: ``--search exact|modified``, ``--max-symbols-per-frame N`` and
-    ``--blank-penalty P``; ``--beam``, ``--nbest``, ``--lenpen`` and ``--unnormalized`` are fairseq's. Manifests
+    Options besides ``speech_to_text``'s: ``--search exact|modified``, ``--max-symbols-per-frame N``,
+    ``--blank-penalty P`` and ``--lm-eos`` / ``--no-lm-eos``; ``--beam``, ``--nbest``, ``--lenpen``,
+    ``--unnormalized``, ``--lm-path`` and ``--lm-weight`` are fairseq's. Manifests
     are checked when loaded, and the dictionary is checked against the one a checkpoint was trained with.
     """
 
@@ -104,6 +106,22 @@ class SpeechTransducerTask(SpeechToTextTask):
         parser.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
                             help="subtract P from the blank's logit during search (more labels, fewer deletions); "
                                  "scores are then those of the penalised distribution")
+        parser.add_argument("--lm-eos", action=argparse.BooleanOptionalAction, default=True,
+                            help="with --lm-path: add the LM's end-of-sentence score (times --lm-weight) to every "
+                                 "finished hypothesis (default; --no-lm-eos leaves it out)")
+
+    @classmethod
+    def setup_task(cls, args, **kwargs):
+        """As ``speech_to_text``; with ``fairseq-generate --lm-path``, first the check that the data directory has
+        the ``dict.txt`` fairseq loads the language model with (fairseq's LM convention; it names no file)."""
+        lm_path = getattr(args, "lm_path", None)
+        lm_dictionary = Path(args.data) / "dict.txt"
+        if lm_path and not lm_dictionary.is_file():
+            raise FileNotFoundError(
+                f"--lm-path {lm_path}: fairseq-generate loads the language model with {lm_dictionary}, which does not "
+                f"exist: copy the transducer's dictionary there (config.yaml's vocab_filename; ssm-prepare-librispeech "
+                f"writes it) and train the LM with fairseq-preprocess --srcdict {lm_dictionary}")
+        return super().setup_task(args, **kwargs)
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         error = speech_task_arch_error(getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
@@ -228,9 +246,14 @@ class SpeechTransducerTask(SpeechToTextTask):
         limit = 1 if getattr(self.args, "search", "exact") == "modified" else self.args.max_symbols_per_frame
         # fairseq-generate converts the model for --fp16 (model.half()) but not for --bf16: the generator does
         dtype = torch.bfloat16 if getattr(self.args, "bf16", False) else None
+        fusion = extra_gen_cls_kwargs or {}  # fairseq-generate's --lm-path model and --lm-weight
+        if fusion.get("lm_model") is not None and not fusion.get("lm_weight"):
+            logger.warning("--lm-path without --lm-weight (or with 0): the language model does not change the search")
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
                                    max_symbols_per_frame=limit, length_norm=length_norm,
-                                   blank_penalty=blank_penalty, dtype=dtype)
+                                   blank_penalty=blank_penalty, lm_model=fusion.get("lm_model"),
+                                   lm_weight=fusion.get("lm_weight") or 0.0, lm_eos=getattr(self.args, "lm_eos", True),
+                                   dtype=dtype)
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)

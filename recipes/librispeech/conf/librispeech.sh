@@ -28,3 +28,12 @@ average_last="${AVERAGE_LAST:-10}"
 # exact beam search, no --blank-penalty: what measured best on the mini corpus (not measured on LibriSpeech)
 beam="${BEAM:-4}"
 decode_max_tokens="${DECODE_MAX_TOKENS:-100000}"
+# Language-model fusion (stages 6-8): spade_lm (its defaults: 6 layers of 512, window 128, an S4 global layer) on
+# the LibriSpeech LM corpus (openslr 11, 800 M words; stage 6 downloads it when download=1), validated on valid_sets'
+# transcripts. Not run by us: the sizes and the weights are a starting point, not measured settings.
+lm_train_text="${LM_TRAIN_TEXT-$(dirname "$corpus_root")/librispeech-lm-norm.txt.gz}"
+lm_arch="${LM_ARCH:-spade_lm}"
+lm_model_args="${LM_MODEL_ARGS:-}"
+lm_train_args="${LM_TRAIN_ARGS:---sample-break-mode complete --tokens-per-sample 512 --max-tokens 16384 --lr 5e-4 \
+--warmup-updates 4000 --max-update 200000 --skip-invalid-size-inputs-valid-test}"
+lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.4}"

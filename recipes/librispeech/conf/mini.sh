@@ -38,3 +38,14 @@ average_last="${AVERAGE_LAST:-3}"
 # release (CHANGELOG.md); modified search and blank penalties are DECODE_ARGS="--search modified --blank-penalty 0.5"
 beam="${BEAM:-4}"
 decode_max_tokens="${DECODE_MAX_TOKENS:-20000}"
+# Language-model fusion (stages 6-8): a small spade_lm on the training transcripts (lm_train_text empty), then the
+# search of stage 4 fused with it at each of lm_weights (0: without the LM). Another LM_ARCH needs its own
+# LM_MODEL_ARGS (e.g. LM_ARCH=transformer_lm LM_MODEL_ARGS="--decoder-layers 2 --decoder-embed-dim 128
+# --decoder-ffn-embed-dim 512 --decoder-attention-heads 4 --dropout 0.3").
+lm_train_text="${LM_TRAIN_TEXT:-}"
+lm_arch="${LM_ARCH:-spade_lm}"
+lm_model_args="${LM_MODEL_ARGS:---decoder-layers 2 --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 \
+--decoder-attention-heads 4 --attention-window 32 --ssm-state-size 16 --dropout 0.3}"
+lm_train_args="${LM_TRAIN_ARGS:---sample-break-mode eos --tokens-per-sample 128 --max-tokens 2048 --lr 1e-3 \
+--warmup-updates 50 --max-update 600}"
+lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.5}"

@@ -1,0 +1,131 @@
+"""Text for a language model over a transducer's units: sentences -> the transducer's SentencePiece pieces.
+
+A language model fused into transducer search (``fairseq-generate --lm-path``) must read the transducer's units,
+so its text is encoded with the speech data directory's SentencePiece model (``config.yaml``'s
+``bpe_tokenizer``), then binarised with that directory's ``dict.txt``::
+
+    ssm-prepare-lm-text --data data --out lm --train-manifests train-clean-100 --valid-manifests dev-clean
+    ssm-prepare-lm-text --data data --out lm --train-text librispeech-lm-norm.txt.gz --valid-manifests dev-clean
+    fairseq-preprocess --only-source --srcdict data/dict.txt --trainpref lm/train.txt --validpref lm/valid.txt \
+        --destdir lm/bin
+
+Writes ``OUT/train.txt`` and ``OUT/valid.txt``, one sentence per line in pieces, in input order. Text files
+(plain or ``.gz``, UTF-8) give one sentence per line; manifests (``DATA/SPLIT.tsv``) their ``tgt_text`` column.
+Sentences are lower-cased, as ``ssm-prepare-librispeech`` lower-cases transcripts (librispeech-lm-norm is upper
+case); an empty line stays an empty sentence, as fairseq-preprocess keeps it. A missing file, a manifest without
+``tgt_text``, text that is not UTF-8 (named by file and line) or no sentence at all stops the run.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import logging
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import sentencepiece as spm
+import yaml
+
+logger = logging.getLogger("prepare_lm_text")
+PROGRESS_EVERY = 1_000_000  # sentences between progress lines
+
+
+def text_file_sentences(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (``.gz`` read compressed), without line ends, streamed.
+
+    Text mode splits lines as fairseq does (``\\n``, ``\\r\\n``, ``\\r``; not U+2028 and the like)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    number = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                yield line.rstrip("\n")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}:{number + 1}: not UTF-8 text") from None
+
+
+def manifest_sentences(data: Path, split: str) -> Iterator[str]:
+    """The ``tgt_text`` column of ``DATA/SPLIT.tsv``, read as fairseq reads manifests."""
+    path = data / f"{split}.tsv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such manifest")
+    with open(path, encoding="utf-8", newline="") as rows:
+        reader = csv.DictReader(rows, delimiter="\t", quotechar=None, doublequote=False, lineterminator="\n",
+                                quoting=csv.QUOTE_NONE)
+        if "tgt_text" not in (reader.fieldnames or []):
+            raise ValueError(f"{path}: no tgt_text column (columns: {reader.fieldnames})")
+        for row in reader:
+            yield row["tgt_text"]
+
+
+def sentencepiece_model(data: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model that ``DATA/config.yaml`` names."""
+    config_path = data / "config.yaml"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: no such file (--data must be a prepared speech data directory)")
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    name = (config.get("bpe_tokenizer") or {}).get("sentencepiece_model")
+    if not name:
+        raise ValueError(f"{config_path}: names no bpe_tokenizer.sentencepiece_model")
+    path = data / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the SentencePiece model {config_path} names, not found")
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def write_pieces(sentences: Iterable[str], model: spm.SentencePieceProcessor, path: Path) -> int:
+    """Encode ``sentences`` (lower-cased) into ``path``, one line of space-separated pieces each -> how many."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for count, sentence in enumerate(sentences, 1):
+            out.write(" ".join(model.encode(sentence.strip().lower(), out_type=str)) + "\n")
+            if count % PROGRESS_EVERY == 0:
+                logger.info(f"{path}: {count:,} sentences")
+    if count == 0:
+        raise ValueError(f"{path}: no sentence to write (empty input)")
+    logger.info(f"{path}: {count:,} sentences")
+    return count
+
+
+def _sources(data: Path, texts: list[str], manifests: str | None) -> Iterator[str]:
+    for text in texts:
+        yield from text_file_sentences(Path(text))
+    for split in (manifests.split(",") if manifests else []):
+        yield from manifest_sentences(data, split)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ssm-prepare-lm-text", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="the speech data directory (config.yaml, SentencePiece model)")
+    parser.add_argument("--out", required=True, help="directory for train.txt and valid.txt")
+    parser.add_argument("--train-text", nargs="*", default=[], metavar="FILE",
+                        help="text files, one sentence per line (.gz read compressed)")
+    parser.add_argument("--train-manifests", default=None, metavar="SPLITS",
+                        help="comma-separated manifests of --data whose transcripts are training text")
+    parser.add_argument("--valid-text", nargs="*", default=[], metavar="FILE", help="validation text files")
+    parser.add_argument("--valid-manifests", default=None, metavar="SPLITS",
+                        help="comma-separated manifests of --data whose transcripts are validation text")
+    args = parser.parse_args(argv)
+    for role in ("train", "valid"):
+        if not getattr(args, f"{role}_text") and not getattr(args, f"{role}_manifests"):
+            parser.error(f"give --{role}-text or --{role}-manifests")
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
+    data, out = Path(args.data), Path(args.out)
+    try:
+        model = sentencepiece_model(data)
+        out.mkdir(parents=True, exist_ok=True)
+        for role in ("train", "valid"):
+            write_pieces(_sources(data, getattr(args, f"{role}_text"), getattr(args, f"{role}_manifests")),
+                         model, out / f"{role}.txt")
+    except (FileNotFoundError, ValueError) as error:
+        logger.error(str(error))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
