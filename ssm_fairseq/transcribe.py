@@ -110,7 +110,8 @@ def load_language_model(path: Path | str, data_dir: Path | str, device: torch.de
         raise FileNotFoundError(f"language model not found: {path}")
     if not dictionary.is_file():
         raise FileNotFoundError(f"{dictionary}: not found; the language model {path} is loaded with the data "
-                                f"directory's dict.txt (the transducer's dictionary; ssm-prepare-librispeech writes it)")
+                                f"directory's dict.txt (the transducer's dictionary; ssm-prepare-librispeech "
+                                f"writes it)")
     models, cfg = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"data": str(data_dir)})
     lm = models[0]
     lm.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it (fairseq's .eval() returns None)

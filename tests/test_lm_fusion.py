@@ -127,7 +127,8 @@ def test_fused_greedy_equals_naive_fused_greedy():
     encoder_out = torch.randn(4, 9, ENCODER_DIM, dtype=torch.float64)
     lengths = torch.tensor([9, 4, 0, 7])
     suppress = (1, EOS)
-    hypotheses = greedy_search(model, encoder_out, lengths, 2, suppress, fusion=LanguageModelFusion(lm, 0.6, BLANK, EOS))
+    hypotheses = greedy_search(model, encoder_out, lengths, 2, suppress,
+                               fusion=LanguageModelFusion(lm, 0.6, BLANK, EOS))
     for b, hypothesis in enumerate(hypotheses):
         labels, score = naive_fused_greedy(model, encoder_out[b, : lengths[b]], full_forward_log_probs(lm), 0.6, 2,
                                            suppress)

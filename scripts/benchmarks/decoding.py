@@ -14,6 +14,10 @@ with
   given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, with our default
   limit of labels per frame and our default ranking (length normalised).
 
+With ``--lm-path LM.pt --lm-weight W`` the speed table adds our batched greedy, beam 4 and modified beam 4 fused
+with that language model (shallow fusion, ``ssm_fairseq.generation.lm_fusion``; the LM loaded as
+``fairseq-generate --lm-path`` loads it, with the data directory's ``dict.txt``).
+
 RTF = decoding seconds / audio seconds (10 ms feature frames); lower is faster. WER is printed alongside so that
 speed is not bought with accuracy. Time is the best of ``--repeats`` runs after a warm-up; peak memory as in
 ``measurement.py``.
@@ -33,6 +37,7 @@ import ssm_fairseq  # noqa: F401  (registers the task and model)
 from fairseq import checkpoint_utils
 from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
 from ssm_fairseq.generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ssm_fairseq.transcribe import load_language_model
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"
@@ -46,6 +51,11 @@ CONFIGS = [  # (label, implementation, beam, labels per frame, batched)
     ("beam 4", "torchaudio", 4, MAX_SYMBOLS_PER_FRAME, False),
     ("modified beam 4", "ours", 4, 1, True), ("modified beam 4", "ours", 4, 1, False),
     ("beam 8", "ours", 8, MAX_SYMBOLS_PER_FRAME, True), ("beam 8", "ours", 8, MAX_SYMBOLS_PER_FRAME, False),
+]
+FUSED_CONFIGS = [  # with --lm-path: the same searches fused with the LM
+    ("greedy + LM", "ours+lm", 1, MAX_SYMBOLS_PER_FRAME, True),
+    ("beam 4 + LM", "ours+lm", 4, MAX_SYMBOLS_PER_FRAME, True),
+    ("modified beam 4 + LM", "ours+lm", 4, 1, True),
 ]
 
 
@@ -129,8 +139,9 @@ def build(args: argparse.Namespace) -> tuple[Callable[[], list[tuple[str, str]]]
             return pairs
         return run, seconds
 
+    lm = load_language_model(args.lm_path, args.data, torch.device("cpu")) if implementation == "ours+lm" else None
     generator = TransducerGenerator([model], task.target_dictionary, beam=beam, max_symbols_per_frame=limit,
-                                    length_norm=LENGTH_NORM)
+                                    length_norm=LENGTH_NORM, lm_model=lm, lm_weight=args.lm_weight if lm else 0.0)
 
     def run():
         pairs = []
@@ -196,10 +207,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--subset", default="test-mini")
     parser.add_argument("--max-tokens", type=int, default=20000, help="batched decoding: frames per batch")
+    parser.add_argument("--lm-path", type=Path, default=None, help="also time the searches fused with this LM")
+    parser.add_argument("--lm-weight", type=float, default=0.3, help="the fused LM's weight (default 0.3)")
     parser.add_argument("--tables", nargs="+", choices=("quality", "speed"), default=["quality", "speed"])
     add_measurement_arguments(parser, repeats=2)
     parser.set_defaults(device="cpu")
-    parser.add_argument("--one", nargs=4, metavar=("IMPLEMENTATION", "BEAM", "LIMIT", "BATCHING"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=4, metavar=("IMPLEMENTATION", "BEAM", "LIMIT", "BATCHING"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device != "cpu":
         parser.error("decoding.py measures on the CPU only (the search's per-frame bookkeeping is Python)")
@@ -224,8 +238,10 @@ def speed_table(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|")
     common = ["--checkpoint", str(args.checkpoint), "--data", str(args.data), "--subset", args.subset,
               "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--threads", str(args.threads)]
+    if args.lm_path:
+        common += ["--lm-path", str(args.lm_path), "--lm-weight", str(args.lm_weight)]
     baseline = None
-    for label, implementation, beam, limit, batched in CONFIGS:
+    for label, implementation, beam, limit, batched in CONFIGS + (FUSED_CONFIGS if args.lm_path else []):
         batching = "batched" if batched else "one at a time"
         r = in_subprocess(__file__, ["--one", implementation, str(beam), str(limit), "batched" if batched else "single",
                                      *common])

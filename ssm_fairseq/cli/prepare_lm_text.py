@@ -28,6 +28,8 @@ from typing import Iterable, Iterator
 import sentencepiece as spm
 import yaml
 
+from ssm_fairseq.text_files import utf8
+
 logger = logging.getLogger("prepare_lm_text")
 PROGRESS_EVERY = 1_000_000  # sentences between progress lines
 
@@ -35,17 +37,18 @@ PROGRESS_EVERY = 1_000_000  # sentences between progress lines
 def text_file_sentences(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (``.gz`` read compressed), without line ends, streamed.
 
-    Text mode splits lines as fairseq does (``\\n``, ``\\r\\n``, ``\\r``; not U+2028 and the like)."""
+    Lines end where fairseq's end (``\\n``, ``\\r\\n``, ``\\r``; not U+2028 and the like: ``file_lines``); a
+    line that is not UTF-8 raises ``ValueError`` naming the file and line."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
     number = 0
-    try:
-        with opener(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                yield line.rstrip("\n")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}:{number + 1}: not UTF-8 text") from None
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as raw_lines:
+        for raw in raw_lines:
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            for line in raw.split(b"\r"):
+                number += 1
+                yield utf8(path, number, line)
 
 
 def manifest_sentences(data: Path, split: str) -> Iterator[str]:
