@@ -145,9 +145,12 @@ fi
 
 if [[ $stage -le 7 && $stop_stage -ge 7 ]]; then
   log "stage 7: fairseq-train --task language_modeling --arch $lm_arch -> $lm_save_dir"
+  # --required-batch-size-multiple 1: fairseq 0.12 leaves out the sentences that do not fill a multiple of 8 in a
+  # batch (4 of the mini corpus's 60 validation sentences; all of a 2-sentence validation set)
   # shellcheck disable=SC2086
   fairseq_train "$lm_dir/bin" --user-dir "$user_dir" --task language_modeling --arch "$lm_arch" $lm_model_args \
-    --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 1 --lr-scheduler inverse_sqrt $lm_train_args \
+    --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 1 --lr-scheduler inverse_sqrt \
+    --required-batch-size-multiple 1 $lm_train_args \
     --save-dir "$lm_save_dir" --no-epoch-checkpoints --seed "$seed" --log-format simple --log-interval 50
 fi
 
