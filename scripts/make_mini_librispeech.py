@@ -13,6 +13,10 @@ their words does. Audio is resampled to 16 kHz, trimmed of leading and trailing 
 
 Run from the repository root: ``python scripts/make_mini_librispeech.py``. Same seed, same corpus (given the
 same espeak-ng version).
+
+``--lm-text FILE --lm-sentences N`` writes instead (no audio, no espeak-ng) N more sentences of the grammar, one per
+line, none of them a dev or test sentence of the corpus of that ``--seed``: a language-model corpus for the mini
+corpus, as LibriSpeech's LM corpus is for LibriSpeech (books other than the evaluation sets').
 """
 from __future__ import annotations
 
@@ -168,6 +172,17 @@ def sentence(rng: random.Random) -> str:
             words += _optional(rng, 0.2, lambda r: ["WITH"] + _object(r))
         if MIN_WORDS <= len(words) <= MAX_WORDS:
             return " ".join(words)
+
+
+def lm_sentences(count: int, held_out: set[str], seed: int) -> list[str]:
+    """``count`` sentences of the grammar (repeats allowed, as in running text), none of them in ``held_out``."""
+    rng = random.Random(seed + 1)  # another stream than the corpus's own sentences
+    sentences: list[str] = []
+    while len(sentences) < count:
+        text = sentence(rng)
+        if text not in held_out:
+            sentences.append(text)
+    return sentences
 
 
 def make_splits(n_train: int, n_dev: int, n_test: int, seed: int) -> dict[str, list[str]]:
@@ -362,8 +377,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--force", action="store_true", help="replace an existing OUT/LibriSpeech")
     parser.add_argument("--log-every", type=int, default=50, help="log progress every N utterances")
+    parser.add_argument("--lm-text", type=Path, default=None,
+                        help="write --lm-sentences grammar sentences (no dev or test sentence) to this file, no audio")
+    parser.add_argument("--lm-sentences", type=int, default=20000, help="sentences of --lm-text")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    if args.lm_text is not None:
+        splits = make_splits(args.train, args.dev, args.test, args.seed)
+        held_out = set(splits[SUBSETS[1]]) | set(splits[SUBSETS[2]])
+        args.lm_text.write_text("".join(f"{text}\n" for text in lm_sentences(args.lm_sentences, held_out, args.seed)))
+        logging.info("wrote %d sentences to %s", args.lm_sentences, args.lm_text)
+        return
 
     if shutil.which("espeak-ng") is None:
         parser.error("espeak-ng is not installed (Debian/Ubuntu: apt-get install espeak-ng)")

@@ -103,3 +103,23 @@ def test_committed_corpus_has_librispeech_layout():
     assert not train & set(texts["dev-mini"].values()) and not train & set(texts["test-mini"].values())
     size = sum(path.stat().st_size for path in CORPUS.rglob("*") if path.is_file())
     assert size <= 10_000_000
+
+
+def test_lm_text_holds_no_dev_or_test_sentence_of_the_committed_corpus(tmp_path):
+    """--lm-text: grammar sentences for a language model, none of them an evaluation sentence (no audio made)."""
+    out = tmp_path / "lm.txt"
+    mini.main(["--lm-text", str(out), "--lm-sentences", "3000"])
+    sentences = out.read_text().splitlines()
+    assert len(sentences) == 3000 and len(set(sentences)) > 2000
+    root = REPO / "recipes/librispeech/mini/LibriSpeech"
+    held_out = set(_transcripts(root / "dev-mini").values()) | set(_transcripts(root / "test-mini").values())
+    assert len(held_out) == 120 and not held_out & set(sentences)
+    assert set(" ".join(sentences).split()) <= mini.vocabulary()
+
+
+def test_lm_sentences_leave_out_the_held_out_ones():
+    drawn = mini.lm_sentences(500, set(), seed=1)
+    held_out = set(drawn[:50])
+    kept = mini.lm_sentences(500, held_out, seed=1)
+    assert len(kept) == 500 and not held_out & set(kept)
+    assert kept[0] == drawn[next(i for i, s in enumerate(drawn) if s not in held_out)]  # the same stream, filtered
