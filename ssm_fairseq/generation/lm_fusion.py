@@ -131,6 +131,7 @@ class LanguageModelFusion:
                 self._rows.append((group, n))
         return {row: new_row[id(group), index] for row, (group, index) in places.items()}
 
+    @torch.no_grad()
     def _step(self, tokens: Tensor, state: dict) -> _Group:
         """Feed the last column of ``tokens`` (``n x l``, the whole prefixes, as fairseq's incremental decoders
         take them) to the LM with ``state`` -> the group of the new rows."""
