@@ -378,7 +378,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing OUT/LibriSpeech")
     parser.add_argument("--log-every", type=int, default=50, help="log progress every N utterances")
     parser.add_argument("--lm-text", type=Path, default=None,
-                        help="write --lm-sentences grammar sentences (no dev or test sentence) to this file, no audio")
+                        help="write --lm-sentences grammar sentences (no dev or test sentence) to this file, "
+                             "no audio")
     parser.add_argument("--lm-sentences", type=int, default=20000, help="sentences of --lm-text")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

@@ -114,7 +114,7 @@ def load_language_model(path: Path | str, data_dir: Path | str, device: torch.de
                                 f"writes it)")
     models, cfg = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"data": str(data_dir)})
     lm = models[0]
-    lm.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it (fairseq's .eval() returns None)
+    lm.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
     lm.to(device)
     return lm
 

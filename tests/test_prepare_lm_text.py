@@ -23,10 +23,11 @@ def data(tmp_path):
     """A speech data directory with config.yaml naming a SentencePiece model, and a manifest."""
     text = tmp_path / "text.txt"
     text.write_text("\n".join(SENTENCES * 5) + "\n")
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=24, hard_vocab_limit=False,
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=24,
+                                   hard_vocab_limit=False,
                                    model_type="unigram", bos_id=0, pad_id=1, eos_id=2, unk_id=3)
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"bpe_tokenizer": {"bpe": "sentencepiece",
-                                                                            "sentencepiece_model": "spm.model"}}))
+    tokenizer = {"bpe": "sentencepiece", "sentencepiece_model": "spm.model"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"bpe_tokenizer": tokenizer}))
     rows = [f"utt{i}\tx.npy:0:1\t10\t{s}\tspk" for i, s in enumerate(SENTENCES)]
     (tmp_path / "dev.tsv").write_text("id\taudio\tn_frames\ttgt_text\tspeaker\n" + "\n".join(rows) + "\n")
     return tmp_path

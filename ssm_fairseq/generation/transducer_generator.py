@@ -75,7 +75,7 @@ class TransducerGenerator:
             check_same_units(lm_model.decoder.dictionary, tgt_dict)
         self.lm_model = lm_model
         if lm_model is not None:
-            lm_model.eval()  # fairseq models' eval() returns None
+            lm_model.eval()  # not chained: after fairseq's make_generation_fast_, eval() returns None
         self.lm_weight, self.lm_eos = lm_weight, lm_eos
 
     @torch.no_grad()

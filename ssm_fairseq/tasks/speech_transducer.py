@@ -6,7 +6,8 @@ models and, for ``fairseq-generate``, the transducer search (``--beam 1`` greedy
 ``--max-symbols-per-frame``, ``--search modified`` (one label per frame), ``--blank-penalty``, fairseq's
 ``--lenpen`` / ``--unnormalized`` for beam search's final ranking, and fairseq's ``--lm-path`` / ``--lm-weight``
 for shallow fusion with a language model over the same units, with ``--lm-eos`` / ``--no-lm-eos``). Decoding
-stops, naming the utterance, at features with NaN or inf (training drops them: see the ``transducer`` criterion); ``--arch`` must be a transducer.
+stops, naming the utterance, at features with NaN or inf (training drops them: see the ``transducer``
+criterion); ``--arch`` must be a transducer.
 
 The model's configuration records the dictionary it is trained with: when training starts, ``build_model`` stores the
 SHA-256 of the dictionary of units and of the SentencePiece model (``config.yaml``'s ``vocab_filename`` and

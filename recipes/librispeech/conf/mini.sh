@@ -41,7 +41,8 @@ decode_max_tokens="${DECODE_MAX_TOKENS:-20000}"
 # Language-model fusion (stages 6-8): a small spade_lm on the training transcripts (lm_train_text empty), then the
 # search of stage 4 fused with it at each of lm_weights (0: without the LM). Another LM_ARCH needs its own
 # LM_MODEL_ARGS (e.g. LM_ARCH=transformer_lm LM_MODEL_ARGS="--decoder-layers 2 --decoder-embed-dim 128
-# --decoder-ffn-embed-dim 512 --decoder-attention-heads 4 --dropout 0.3").
+# --decoder-input-dim 128 --decoder-output-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 4
+# --dropout 0.3": 429k parameters against the spade_lm's 482k; without the input and output dims, 659k).
 lm_train_text="${LM_TRAIN_TEXT:-}"
 lm_arch="${LM_ARCH:-spade_lm}"
 lm_model_args="${LM_MODEL_ARGS:---decoder-layers 2 --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 \
