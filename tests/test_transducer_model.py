@@ -12,6 +12,7 @@ from transducer_cases import ARCHITECTURES, SMALL, Task, build, random_sample
 # Tables 2 and 3 of the MSSM paper, with a 4097-unit output layer
 PAPER_PARAMETERS = {
     "mssm_transducer": 79.2e6,
+    "mssm_transducer_streaming": 79.2e6,  # Table 2's mssm_transducer size, causal
     "mssm_transducer_large": 140.3e6,
     "stateformer_transducer": 96.1e6,
     "stateformer_transducer_large": 139.8e6,

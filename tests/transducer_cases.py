@@ -10,6 +10,7 @@ import ssm_fairseq  # noqa: F401  (registers the model, architectures and criter
 
 ARCHITECTURES = (
     "mssm_transducer",
+    "mssm_transducer_streaming",
     "mssm_transducer_large",
     "stateformer_transducer",
     "stateformer_transducer_large",

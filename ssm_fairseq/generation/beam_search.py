@@ -5,7 +5,8 @@ blank or emits a label and is scored again at the same frame; each expansion rou
 predictor once for all utterances. Prefixes that leave a frame with the same labels are merged by adding their
 probabilities (they reach the same lattice node, whose future depends only on the labels), so with a beam wide
 enough to keep every prefix the search returns the most probable label sequences with their exact
-probabilities, ``log P(y | x)``.
+probabilities, ``log P(y | x)``. ``BeamSearch`` keeps its prefixes between calls, so the frames may come in
+chunks (streaming recognition).
 
 A prefix that has emitted ``max_symbols_per_frame`` labels in one frame moves to the next frame without a blank
 (the limit bounds the work and never scores a blank the model did not choose; with a limit of 1 this is
@@ -68,70 +69,106 @@ def ranking_score(score: float, length: int, length_norm: float) -> float:
     return score / (length + 1) ** length_norm
 
 
-@torch.no_grad()
+class BeamSearch:
+    """Beam search over a batch of ``batch`` utterances whose encoder frames arrive in chunks.
+
+    The hypotheses are kept between calls, so any split of the encoder output gives the hypotheses of one call
+    over all of it (streaming recognition); ``beam_search`` is one call.
+
+    Args:
+        model: a ``TransducerModel`` (uses ``predictor``, ``joiner`` and ``blank``).
+        batch: number of utterances.
+        device: where the predictor and joiner run.
+        beam: prefixes kept per utterance after each frame, and label expansions kept per round.
+        max_symbols_per_frame: labels a prefix may emit within one frame (>= 1).
+        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
+        blank_penalty: subtracted from the blank's logit (``joint_log_probs``).
+        fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's (shallow
+            fusion); the scores are then fused scores, and a finished hypothesis adds the LM's ``</s>`` score.
+    """
+
+    @torch.no_grad()
+    def __init__(self, model, batch: int, device: torch.device, beam: int,
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, suppress: Sequence[int] = (),
+                 blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None):
+        check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+        if beam < 1:
+            raise ValueError(f"need beam >= 1, got beam={beam}")
+        self.model, self.beam, self.max_symbols_per_frame = model, beam, max_symbols_per_frame
+        self.suppress, self.blank_penalty, self.fusion = suppress, blank_penalty, fusion
+        # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
+        self.bank_proj, self.bank_state = start_predictor(model, 1, device)
+        lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
+        self.beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
+        self.frames_done = 0  # encoder frames searched so far: the next chunk's first frame number
+
+    @torch.no_grad()
+    def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
+        """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
+        utterance has (default all ``n``). Frame numbers in the hypotheses count from the first call."""
+        model, fusion, beams, device = self.model, self.fusion, self.beams, encoder_out.device
+        batch = len(beams)
+        lengths = [encoder_out.shape[1]] * batch if encoder_lengths is None else encoder_lengths.tolist()
+        encoder_proj = model.joiner.encoder_proj(encoder_out)
+        for t in range(max(lengths, default=0)):
+            live = [b for b in range(batch) if lengths[b] > t]
+            finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
+            frontier = [(b, prefix) for b in live for prefix in beams[b]]  # grouped by utterance
+            for _ in range(self.max_symbols_per_frame):
+                utterances = torch.tensor([b for b, _ in frontier], device=device)
+                rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
+                log_probs = joint_log_probs(model, encoder_proj[utterances, t], self.bank_proj[rows],
+                                            self.blank_penalty)
+                if fusion is not None:
+                    log_probs = log_probs + fusion.scores([prefix.lm_row for _, prefix in frontier], device)
+                for (b, prefix), blank_score in zip(frontier, log_probs[:, model.blank].tolist()):
+                    _leave_frame(finished[b], prefix, blank_score)
+                frontier, self.bank_proj, self.bank_state = _expand(
+                    model, self.frames_done + t, frontier, log_probs, self.suppress, finished, self.beam,
+                    self.bank_proj, self.bank_state, fusion)
+                if not frontier:
+                    break
+            for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
+                _leave_frame(finished[b], prefix, 0.0)
+            for b in live:
+                beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:self.beam]
+            self.bank_proj, self.bank_state, beams = _compact(self.bank_proj, self.bank_state, beams, fusion)
+        self.beams = beams
+        self.frames_done += encoder_out.shape[1]
+
+    def partial(self) -> list[Hypothesis]:
+        """The best hypothesis so far of each utterance, by score (without the LM's ``</s>`` score)."""
+        return [_hypothesis(max(prefixes, key=lambda p: p.score)) for prefixes in self.beams]
+
+    def finish(self, nbest: int = 1, length_norm: float = 0.0) -> list[list[Hypothesis]]:
+        """The utterances end here: for each, its ``nbest`` hypotheses (<= beam), best first, ranked by
+        ``score / (len + 1) ** length_norm`` (``ranking_score``; the scores themselves are unchanged)."""
+        if not 1 <= nbest <= self.beam:
+            raise ValueError(f"need 1 <= nbest <= beam; got beam={self.beam}, nbest={nbest}")
+        beams = self.beams if self.fusion is None else [_finish(prefixes, self.fusion) for prefixes in self.beams]
+        return [[_hypothesis(p) for p in sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens),
+                                                                                         length_norm))[:nbest]]
+                for prefixes in beams]
+
+
+def _hypothesis(prefix: _Prefix) -> Hypothesis:
+    return Hypothesis(list(prefix.tokens), prefix.score, list(prefix.token_scores), list(prefix.frames))
+
+
 def beam_search(
     model, encoder_out: Tensor, encoder_lengths: Tensor, beam: int,
     max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, nbest: int = 1, suppress: Sequence[int] = (),
     length_norm: float = 0.0, blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search over a batch.
-
-    Args:
-        model: a ``TransducerModel`` (uses ``predictor``, ``joiner`` and ``blank``).
-        encoder_out: ``B x T x D`` encoder output.
-        encoder_lengths: ``B`` valid frames per utterance.
-        beam: prefixes kept per utterance after each frame, and label expansions kept per round.
-        max_symbols_per_frame: labels a prefix may emit within one frame (>= 1).
-        nbest: hypotheses returned per utterance (<= beam), best first.
-        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
-        length_norm: rank the final hypotheses by ``score / (len + 1) ** length_norm`` (``ranking_score``); the
-            search itself and the returned scores are unchanged.
-        blank_penalty: subtracted from the blank's logit (``joint_log_probs``).
-        fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's (shallow
-            fusion); the scores are then fused scores, and a finished hypothesis adds the LM's ``</s>`` score.
-
-    Returns:
-        for each utterance, its ``nbest`` hypotheses, best first.
-    """
-    check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+    """Beam search (``BeamSearch``, whose arguments these are) over a whole batch: ``encoder_out`` ``B x T x D``
+    and ``encoder_lengths`` ``B`` valid frames per utterance. Returns, for each utterance, its ``nbest``
+    hypotheses, best first, ranked by ``score / (len + 1) ** length_norm`` (``ranking_score``)."""
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam; got beam={beam}, nbest={nbest}")
-    batch, device, blank = encoder_out.shape[0], encoder_out.device, model.blank
-    encoder_proj = model.joiner.encoder_proj(encoder_out)
-    # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
-    bank_proj, bank_state = start_predictor(model, 1, device)
-    lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
-    beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
-    lengths = encoder_lengths.tolist()
-    for t in range(max(lengths, default=0)):
-        live = [b for b in range(batch) if lengths[b] > t]
-        finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
-        frontier = [(b, prefix) for b in live for prefix in beams[b]]  # grouped by utterance
-        for _ in range(max_symbols_per_frame):
-            utterances = torch.tensor([b for b, _ in frontier], device=device)
-            rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
-            log_probs = joint_log_probs(model, encoder_proj[utterances, t], bank_proj[rows], blank_penalty)
-            if fusion is not None:
-                log_probs = log_probs + fusion.scores([prefix.lm_row for _, prefix in frontier], device)
-            for (b, prefix), blank_score in zip(frontier, log_probs[:, blank].tolist()):
-                _leave_frame(finished[b], prefix, blank_score)
-            frontier, bank_proj, bank_state = _expand(
-                model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion)
-            if not frontier:
-                break
-        for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
-            _leave_frame(finished[b], prefix, 0.0)
-        for b in live:
-            beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:beam]
-        bank_proj, bank_state, beams = _compact(bank_proj, bank_state, beams, fusion)
-    if fusion is not None:
-        beams = [_finish(prefixes, fusion) for prefixes in beams]
-    results = []
-    for prefixes in beams:
-        ranked = sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens), length_norm))
-        results.append([Hypothesis(list(p.tokens), p.score, list(p.token_scores), list(p.frames))
-                        for p in ranked[:nbest]])
-    return results
+    search = BeamSearch(model, encoder_out.shape[0], encoder_out.device, beam, max_symbols_per_frame, suppress,
+                        blank_penalty, fusion)
+    search.advance(encoder_out, encoder_lengths)
+    return search.finish(nbest, length_norm)
 
 
 def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion):

@@ -1,4 +1,8 @@
-"""Batched greedy transducer search: at each frame emit the argmax label until it is blank."""
+"""Batched greedy transducer search: at each frame emit the argmax label until it is blank.
+
+``GreedySearch`` keeps its hypotheses between calls, so the frames may come in chunks (streaming recognition):
+any split of the encoder output gives the hypotheses of one call over all of it. ``greedy_search`` is one call.
+"""
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,12 +17,8 @@ from .hypothesis import (
 from .lm_fusion import LanguageModelFusion
 
 
-@torch.no_grad()
-def greedy_search(
-    model, encoder_out: Tensor, encoder_lengths: Tensor, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
-    suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
-) -> list[Hypothesis]:
-    """Greedy search over a batch.
+class GreedySearch:
+    """Greedy search over a batch of ``batch`` utterances whose encoder frames arrive in chunks.
 
     At frame ``t`` each utterance takes the joiner's argmax; a label is emitted (the predictor advances and the
     same frame is scored again), blank moves to frame ``t + 1``. An utterance that has emitted
@@ -28,56 +28,101 @@ def greedy_search(
 
     Args:
         model: a ``TransducerModel`` (uses ``predictor``, ``joiner`` and ``blank``).
-        encoder_out: ``B x T x D`` encoder output.
-        encoder_lengths: ``B`` valid frames per utterance.
+        batch: number of utterances.
+        device: where the predictor and joiner run.
         max_symbols_per_frame: labels allowed per frame (>= 1).
         suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
         blank_penalty: subtracted from the blank's logit (``joint_log_probs``); 0 keeps the model's scores.
         fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's before the
             argmax (shallow fusion); the score is then the fused score, the LM's ``</s>`` score included.
-
-    Returns:
-        one ``Hypothesis`` per utterance.
     """
-    check_search_arguments(max_symbols_per_frame, suppress, model.blank)
-    batch, device = encoder_out.shape[0], encoder_out.device
-    encoder_proj = model.joiner.encoder_proj(encoder_out)
-    predictor_proj, state = start_predictor(model, batch, device)
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    token_scores: list[list[float]] = [[] for _ in range(batch)]
-    frames: list[list[int]] = [[] for _ in range(batch)]
-    scores = torch.zeros(batch, dtype=torch.float64, device=device)
-    lm_rows = fusion.start(batch) if fusion is not None else None
-    for t in range(encoder_out.shape[1]):
-        rows = (encoder_lengths > t).nonzero().squeeze(1)  # utterances still in frame t
-        for _ in range(max_symbols_per_frame):
-            if rows.numel() == 0:
-                break
-            log_probs = joint_log_probs(model, encoder_proj[rows, t], predictor_proj[rows], blank_penalty)
-            if fusion is not None:
-                log_probs = log_probs + fusion.scores([lm_rows[row] for row in rows.tolist()], device)
-            best = selectable(log_probs, suppress).argmax(-1)
-            best_score = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
-            scores.index_add_(0, rows, best_score.double())
-            emit = best != model.blank
-            rows, labels, label_scores = rows[emit], best[emit], best_score[emit]
-            for row, label, score in zip(rows.tolist(), labels.tolist(), label_scores.tolist()):
-                tokens[row].append(label)
-                token_scores[row].append(score)
-                frames[row].append(t)
-            if rows.numel():
+
+    @torch.no_grad()
+    def __init__(self, model, batch: int, device: torch.device, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
+                 suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None):
+        check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+        self.model, self.max_symbols_per_frame, self.suppress = model, max_symbols_per_frame, suppress
+        self.blank_penalty, self.fusion = blank_penalty, fusion
+        self.predictor_proj, self.state = start_predictor(model, batch, device)
+        self.tokens: list[list[int]] = [[] for _ in range(batch)]
+        self.token_scores: list[list[float]] = [[] for _ in range(batch)]
+        self.frames: list[list[int]] = [[] for _ in range(batch)]
+        self.scores = torch.zeros(batch, dtype=torch.float64, device=device)
+        self.lm_rows = fusion.start(batch) if fusion is not None else None
+        self.frames_done = 0  # encoder frames searched so far: the next chunk's first frame number
+
+    @torch.no_grad()
+    def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
+        """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
+        utterance has (default all ``n``). Frame numbers in the hypotheses count from the first call."""
+        model, fusion, suppress = self.model, self.fusion, self.suppress
+        if encoder_lengths is None:
+            encoder_lengths = torch.full((encoder_out.shape[0],), encoder_out.shape[1], device=encoder_out.device)
+        encoder_proj = model.joiner.encoder_proj(encoder_out)
+        for t in range(encoder_out.shape[1]):
+            frame = self.frames_done + t
+            rows = (encoder_lengths > t).nonzero().squeeze(1)  # utterances still in frame t
+            for _ in range(self.max_symbols_per_frame):
+                if rows.numel() == 0:
+                    break
+                log_probs = joint_log_probs(model, encoder_proj[rows, t], self.predictor_proj[rows],
+                                            self.blank_penalty)
                 if fusion is not None:
-                    emitting = rows.tolist()
-                    advanced = fusion.advance([lm_rows[row] for row in emitting], labels.tolist())
-                    for row, lm_row in zip(emitting, advanced):
-                        lm_rows[row] = lm_row
-                new_proj, new_state = advance_predictor(model, labels, select_rows(state, rows))
-                predictor_proj = predictor_proj.index_copy(0, rows, new_proj)
-                state = [(h.index_copy(1, rows, nh), c.index_copy(1, rows, nc))
-                         for (h, c), (nh, nc) in zip(state, new_state)]
-        if fusion is not None:  # only the utterances' current LM states stay
-            renumber = fusion.keep(lm_rows)
-            lm_rows = [renumber[row] for row in lm_rows]
-    if fusion is not None:
-        scores += torch.tensor(fusion.eos_scores(lm_rows), dtype=torch.float64, device=device)
-    return [Hypothesis(tokens[b], scores[b].item(), token_scores[b], frames[b]) for b in range(batch)]
+                    log_probs = log_probs + fusion.scores([self.lm_rows[row] for row in rows.tolist()],
+                                                          log_probs.device)
+                best = selectable(log_probs, suppress).argmax(-1)
+                best_score = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+                self.scores.index_add_(0, rows, best_score.double())
+                emit = best != model.blank
+                rows, labels, label_scores = rows[emit], best[emit], best_score[emit]
+                for row, label, score in zip(rows.tolist(), labels.tolist(), label_scores.tolist()):
+                    self.tokens[row].append(label)
+                    self.token_scores[row].append(score)
+                    self.frames[row].append(frame)
+                if rows.numel():
+                    self._emit(rows, labels)
+            if fusion is not None:  # only the utterances' current LM states stay
+                renumber = fusion.keep(self.lm_rows)
+                self.lm_rows = [renumber[row] for row in self.lm_rows]
+        self.frames_done += encoder_out.shape[1]
+
+    def _emit(self, rows: Tensor, labels: Tensor) -> None:
+        """Advance the predictor (and the LM) of ``rows`` by their emitted ``labels``."""
+        if self.fusion is not None:
+            emitting = rows.tolist()
+            advanced = self.fusion.advance([self.lm_rows[row] for row in emitting], labels.tolist())
+            for row, lm_row in zip(emitting, advanced):
+                self.lm_rows[row] = lm_row
+        new_proj, new_state = advance_predictor(self.model, labels, select_rows(self.state, rows))
+        self.predictor_proj = self.predictor_proj.index_copy(0, rows, new_proj)
+        self.state = [(h.index_copy(1, rows, nh), c.index_copy(1, rows, nc))
+                      for (h, c), (nh, nc) in zip(self.state, new_state)]
+
+    def partial(self) -> list[Hypothesis]:
+        """The hypotheses so far, one per utterance (without the LM's ``</s>`` score)."""
+        return [Hypothesis(list(self.tokens[b]), self.scores[b].item(), list(self.token_scores[b]),
+                           list(self.frames[b])) for b in range(len(self.tokens))]
+
+    def finish(self, nbest: int = 1, length_norm: float = 0.0) -> list[list[Hypothesis]]:
+        """The utterances end here: for each, a list of its one hypothesis (the LM's ``</s>`` score is added).
+        ``nbest`` must be 1 and ``length_norm`` does not matter (one hypothesis): the arguments of
+        ``BeamSearch.finish``."""
+        if nbest != 1:
+            raise ValueError(f"greedy search has one hypothesis per utterance, asked for nbest={nbest}")
+        if self.fusion is not None:
+            self.scores += torch.tensor(self.fusion.eos_scores(self.lm_rows), dtype=torch.float64,
+                                        device=self.scores.device)
+        return [[hypothesis] for hypothesis in self.partial()]
+
+
+def greedy_search(
+    model, encoder_out: Tensor, encoder_lengths: Tensor, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
+    suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
+) -> list[Hypothesis]:
+    """Greedy search (``GreedySearch``, whose arguments these are) over a whole batch: ``encoder_out``
+    ``B x T x D`` and ``encoder_lengths`` ``B`` valid frames per utterance. Returns one ``Hypothesis`` per
+    utterance."""
+    search = GreedySearch(model, encoder_out.shape[0], encoder_out.device, max_symbols_per_frame, suppress,
+                          blank_penalty, fusion)
+    search.advance(encoder_out, encoder_lengths)
+    return [hypotheses[0] for hypotheses in search.finish()]

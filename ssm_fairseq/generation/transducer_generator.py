@@ -6,8 +6,8 @@ import math
 import torch
 from torch import Tensor
 
-from .beam_search import beam_search
-from .greedy_search import greedy_search
+from .beam_search import BeamSearch
+from .greedy_search import GreedySearch
 from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
 from .lm_fusion import LanguageModelFusion, check_same_units
 
@@ -86,18 +86,23 @@ class TransducerGenerator:
         features = net_input["src_tokens"].to(self.model_dtype())
         encoder = self.model.encoder(features, net_input["src_lengths"])
         encoder_out, encoder_lengths = encoder["encoder_out"], encoder["encoder_lengths"]
-        fusion = None if self.lm_model is None else LanguageModelFusion(
-            self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos)
-        if self.beam == 1:
-            results = [[hypothesis] for hypothesis in greedy_search(
-                self.model, encoder_out, encoder_lengths, self.max_symbols_per_frame, self.suppress,
-                self.blank_penalty, fusion)]
-        else:
-            results = beam_search(self.model, encoder_out, encoder_lengths, self.beam, self.max_symbols_per_frame,
-                                  self.nbest, self.suppress, self.length_norm, self.blank_penalty, fusion)
+        search = self.search(encoder_out.shape[0], encoder_out.device)
+        search.advance(encoder_out, encoder_lengths)
+        results = search.finish(self.nbest, self.length_norm)
         self._check_finite(results, sample)
         device = encoder_out.device
         return [[self._as_fairseq(h, device) for h in hypotheses] for hypotheses in results]
+
+    def search(self, batch: int, device: torch.device) -> GreedySearch | BeamSearch:
+        """A new search over ``batch`` utterances with this generator's settings (greedy for beam 1), fused with
+        its language model if it has one; feed it encoder frames with ``advance``, in one call or in chunks."""
+        fusion = None if self.lm_model is None else LanguageModelFusion(
+            self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos)
+        if self.beam == 1:
+            return GreedySearch(self.model, batch, device, self.max_symbols_per_frame, self.suppress,
+                                self.blank_penalty, fusion)
+        return BeamSearch(self.model, batch, device, self.beam, self.max_symbols_per_frame, self.suppress,
+                          self.blank_penalty, fusion)
 
     def model_dtype(self) -> torch.dtype:
         """The dtype of the model's floating-point parameters, which the features are cast to."""

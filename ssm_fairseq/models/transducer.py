@@ -53,6 +53,10 @@ class TransducerConfig(FairseqDataclass):
     )
     tr_stride: int = field(default=4, metadata={"help": "frames stacked by the tr sub-sampler"})
     encoder_positions: bool = field(default=False, metadata={"help": "add sinusoidal positions after sub-sampling"})
+    causal_encoder: bool = field(
+        default=False, metadata={"help": "no encoder output depends on a later frame (forward-only MSSM blocks, "
+                                         "attention masked to the past); mssm layers on the tr or ms sub-sampler "
+                                         "then also stream chunk by chunk"})
     input_feat_per_channel: int = field(default=80, metadata={"help": "filterbank bins"})
     dropout: float = field(default=0.1, metadata={"help": "encoder dropout"})
     aux_ctc_every: int = field(
@@ -87,6 +91,8 @@ class TransducerModel(BaseFairseqModel):
     @classmethod
     def build_model(cls, cfg: TransducerConfig, task) -> "TransducerModel":
         require_speech_task("transducer", task)
+        if cfg.causal_encoder and cfg.subsampler == "conv":
+            raise ValueError("--causal-encoder needs --subsampler tr or ms: the conv sub-sampler looks ahead")
         if cfg.aux_ctc_every and cfg.aux_ctc_every >= cfg.encoder_layers:
             raise ValueError(f"--aux-ctc-every {cfg.aux_ctc_every} takes outputs below the top layer: it needs more "
                              f"than {cfg.aux_ctc_every} encoder layers, got --encoder-layers {cfg.encoder_layers}")
@@ -104,6 +110,7 @@ class TransducerModel(BaseFairseqModel):
             s4_l_max=-(-cfg.max_source_positions // subsampling_stride(cfg.subsampler, cfg.tr_stride)),
             conv_kernel_size=cfg.conv_kernel_size,
             dropout=cfg.dropout,
+            causal=cfg.causal_encoder,
         )
         encoder = SpeechEncoder(
             cfg.encoder_type,
@@ -151,6 +158,15 @@ def mssm_transducer(args):
     """Table 2, 79.2M: 16 MSSM layers, 4 heads, inter-head gating, stack 2, multi-scale sub-sampler."""
     set_defaults(args, encoder_type="mssm", encoder_layers=16, ssm_heads=4, ssm_gating="ihg", ssm_stack=2,
                   subsampler="ms")
+
+
+@register_model_architecture("transducer", "mssm_transducer_streaming")
+def mssm_transducer_streaming(args):
+    """Causal MSSM transducer for streaming recognition, at Table 2's size (79.2M): 21 forward-only MSSM layers
+    (one direction's stacked MSSM with its own Linear: 11 D x D matrices per layer to the bidirectional layer's
+    14) on the ms sub-sampler, whose MSSM layers are forward-only too."""
+    set_defaults(args, causal_encoder=True, encoder_layers=21)
+    mssm_transducer(args)
 
 
 @register_model_architecture("transducer", "mssm_transducer_large")

@@ -12,6 +12,12 @@ Every layer is a chain of pre-norm residual blocks ``x + Dropout(Block(LN(x)))``
 ``local``       bidirectional sliding-window self-attention (``attention_window`` keys on each side), FFN
                 (the sliding-window baseline of the MSSM paper's Table 4)
 ==============  ================================================================
+
+With ``causal=True`` no output depends on a later frame: the MSSM block keeps its forward direction only (one
+stacked multi-head SSM with its own final Linear, in place of Eq. 10's two directions and ``2D -> D`` Linear) and
+self-attention is masked to the past. Causal ``mssm`` layers also run chunk by chunk (``step``), carrying their SSM
+states across chunks: the streaming encoder. ``conformer`` (a centred convolution), ``s4`` and ``local`` have no
+causal form here.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from .bidirectional_ssm import BidirectionalSSM
 from .conformer_convolution import ConformerConvolution
 from .feed_forward import FeedForward
 from .local_attention import LocalAttention
+from .multihead_ssm import MultiHeadSSM
 from .self_attention import SelfAttention
 
 LAYER_TYPES = ("mssm", "stateformer", "transformer", "conformer", "s4", "local")
@@ -45,6 +52,7 @@ class LayerConfig:
     conv_kernel_size: int = 31
     attention_window: int = 128
     dropout: float = 0.1
+    causal: bool = False
 
     def widened(self, dim: int) -> LayerConfig:
         """The same layer at another width (FFN kept at the same expansion)."""
@@ -52,10 +60,9 @@ class LayerConfig:
 
 
 def _mssm_block(cfg: LayerConfig) -> nn.Module:
-    return BidirectionalSSM(
-        cfg.dim, heads=cfg.ssm_heads, stack=cfg.ssm_stack, gating=cfg.ssm_gating, state_size=cfg.ssm_state_size,
-        kernel="mssm", dropout=cfg.dropout, scale=cfg.mssm_scale,
-    )
+    args = dict(heads=cfg.ssm_heads, stack=cfg.ssm_stack, gating=cfg.ssm_gating, state_size=cfg.ssm_state_size,
+                kernel="mssm", dropout=cfg.dropout, scale=cfg.mssm_scale)
+    return MultiHeadSSM(cfg.dim, **args) if cfg.causal else BidirectionalSSM(cfg.dim, **args)
 
 
 def _s4_block(cfg: LayerConfig) -> nn.Module:
@@ -65,8 +72,13 @@ def _s4_block(cfg: LayerConfig) -> nn.Module:
     )
 
 
+CAUSAL_LAYER_TYPES = ("mssm", "stateformer", "transformer")
+
+
 def _blocks(layer_type: str, cfg: LayerConfig) -> list[nn.Module]:
-    attention = lambda: SelfAttention(cfg.dim, cfg.attention_heads, cfg.dropout)  # noqa: E731
+    if cfg.causal and layer_type not in CAUSAL_LAYER_TYPES:
+        raise ValueError(f"a causal encoder needs layers of type {' or '.join(CAUSAL_LAYER_TYPES)}, got {layer_type!r}")
+    attention = lambda: SelfAttention(cfg.dim, cfg.attention_heads, cfg.dropout, cfg.causal)  # noqa: E731
     ffn = FeedForward(cfg.dim, cfg.ffn_dim, cfg.ffn_activation, cfg.dropout)
     if layer_type == "mssm":
         return [_mssm_block(cfg), ffn]
@@ -95,6 +107,12 @@ class PreNormResidual(nn.Module):
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return x + self.dropout(self.block(self.norm(x), padding_mask))
 
+    def step(self, x: Tensor, cache: dict) -> Tensor:
+        """The next ``n`` frames of a stream, ``B x n x D``; ``cache``: the block's state, ``{}`` at the start."""
+        if not hasattr(self.block, "step"):
+            raise ValueError(f"{type(self.block).__name__} needs the whole sequence: it cannot run chunk by chunk")
+        return x + self.dropout(self.block.step(self.norm(x), cache))
+
 
 class EncoderLayer(nn.Module):
     """One encoder layer of type ``layer_type`` (see the module docstring): ``B x L x D -> B x L x D``."""
@@ -108,4 +126,11 @@ class EncoderLayer(nn.Module):
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames."""
         for block in self.blocks:
             x = block(x, padding_mask)
+        return self.final_norm(x)
+
+    def step(self, x: Tensor, cache: dict) -> Tensor:
+        """The next ``n`` frames of a stream: ``B x n x D`` -> ``B x n x D``, equal to ``forward``'s output at those
+        frames over the whole stream. ``cache``: a dict owned by the caller, ``{}`` at the start of a stream."""
+        for i, block in enumerate(self.blocks):
+            x = block.step(x, cache.setdefault(i, {}))
         return self.final_norm(x)

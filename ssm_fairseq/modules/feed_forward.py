@@ -23,3 +23,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return self.net(x)
+
+    def step(self, x: Tensor, cache: dict) -> Tensor:
+        """The next frames of a stream (``B x n x D``): position-wise, so no state."""
+        return self.net(x)

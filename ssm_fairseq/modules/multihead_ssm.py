@@ -14,6 +14,10 @@ Both gated forms return ``D`` channels; ``ihg`` keeps the ``H/2`` gated heads' t
 With ``output_linear=False`` the last stage stops after ``Act`` (the bidirectional block of Eq. 10 owns the
 final Linear). ``reverse=True`` runs the SSM anti-causally, which equals ``Rev(SSM(Rev(x)))`` on each
 sequence's own length: padding never reaches a real frame in either direction.
+
+A causal (``reverse=False``) stack also runs chunk by chunk (``step``): each kernel's recurrence carries its
+``B x D x N`` state from one chunk to the next, so a stream of any length costs the same per frame and gives the
+outputs of ``forward`` over the whole stream.
 """
 from __future__ import annotations
 
@@ -104,6 +108,31 @@ class MultiHeadSSM(nn.Module):
             K, D = kernel(L)
             y = fft_conv(x.transpose(1, 2), K, D, padding_mask, reverse=self.reverse)
             x = self.dropout(self.activate(y)).transpose(1, 2)
+            if i < len(self.linears):
+                x = self.linears[i](x)
+        return x
+
+    def step(self, x: Tensor, cache: dict) -> Tensor:
+        """The next ``n`` frames of a stream: ``x``: ``B x n x D`` -> ``B x n x D``, equal to ``forward``'s output at
+        those frames over the whole stream (causal stacks only).
+
+        ``cache`` is a dict owned by the caller, ``{}`` at the start of a stream; it holds each stage's recurrence
+        (discrete matrices, built once per stream) and its ``B x D x N`` state.
+        """
+        if self.reverse:
+            raise ValueError("an anti-causal SSM needs the whole sequence: it cannot run chunk by chunk")
+        if "recurrences" not in cache:
+            unstable = [type(k).__name__ for k in self.kernels if not k.prefix_stable()]
+            if unstable:  # the kernel changes with the sequence length: no one recurrence reproduces it
+                raise ValueError(f"{unstable[0]}'s kernel depends on the sequence length: it cannot run chunk by chunk")
+            cache["recurrences"] = [kernel.recurrence(1) for kernel in self.kernels]
+            cache["states"] = [r.initial_state(x.shape[0]).to(x.device) for r in cache["recurrences"]]
+        if self.in_proj is not None:
+            x = self.in_proj(x)
+        for i, recurrence in enumerate(cache["recurrences"]):
+            state = cache["states"][i]
+            y, cache["states"][i] = recurrence.chunk(x.transpose(1, 2).to(state.real.dtype), state)
+            x = self.dropout(self.activate(y.to(x.dtype))).transpose(1, 2)
             if i < len(self.linears):
                 x = self.linears[i](x)
         return x

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .encoder_layer import EncoderLayer, LayerConfig
+from .encoder_layer import EncoderLayer, LayerConfig, PreNormResidual
 from .subsampling import build_subsampler
 
 
@@ -31,6 +31,9 @@ class SpeechEncoder(nn.Module):
             convolution layers are position-aware by construction).
         intermediate_every: also return the (LayerNorm-ed) output of every k-th layer below the top, for
             auxiliary losses; 0 for none.
+
+    An encoder of causal ``mssm`` layers (``cfg.causal``) on the ``tr`` or ``ms`` sub-sampler, without positions,
+    also runs chunk by chunk (``step``): streaming recognition.
     """
 
     def __init__(
@@ -74,3 +77,30 @@ class SpeechEncoder(nn.Module):
             "padding_mask": padding_mask,
             "intermediate": intermediate,
         }
+
+    def check_streamable(self) -> None:
+        """Raise ``ValueError`` saying why, unless ``step`` can run this encoder chunk by chunk."""
+        if self.positions:
+            raise ValueError("an encoder with sinusoidal positions cannot run chunk by chunk")
+        if not hasattr(self.subsampler, "step"):
+            raise ValueError(f"{type(self.subsampler).__name__} cannot run chunk by chunk: use the tr or ms sub-sampler")
+        for module in self.modules():
+            if isinstance(module, PreNormResidual) and not hasattr(module.block, "step"):
+                raise ValueError(f"{type(module.block).__name__} needs the whole utterance: only an encoder of causal "
+                                 "mssm layers (--causal-encoder) runs chunk by chunk")
+
+    def step(self, features: Tensor, cache: dict, final: bool = False) -> Tensor:
+        """The next feature frames of a stream, ``B x n x F`` (``n`` may be 0) -> the encoder frames they complete,
+        ``B x m x D``; ``final``: the stream ends with this chunk (a partial sub-sampling group is completed).
+
+        Over a whole stream, in any chunks, the outputs are ``forward``'s on the whole of it (eval mode). ``cache``
+        is a dict owned by the caller, ``{}`` at the start of a stream; it holds the sub-sampler's waiting frames
+        and every SSM's state, ``O(layers x B x D x N)`` however long the stream.
+        """
+        if not cache:
+            self.check_streamable()
+        x = self.dropout(self.subsampler.step(features, cache.setdefault("subsampler", {}), final))
+        if x.shape[1]:
+            for i, layer in enumerate(self.layers):
+                x = layer.step(x, cache.setdefault(i, {}))
+        return self.final_norm(x)

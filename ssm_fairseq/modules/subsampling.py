@@ -10,6 +10,10 @@ Each maps ``features: B x T x F`` and ``lengths: B`` to ``(x: B x T' x D, length
   stride 4: ``Linear(80, 128)``, as in the paper).
 * ``ms``: multi-scale, ``Linear(F, D / 4)``, 2 MSSM layers, TR(2), 4 MSSM layers, TR(2) (``D = 512``:
   ``128 -> 256 -> 512``).
+
+``tr`` and ``ms`` (with causal MSSM layers) also run chunk by chunk (``step``): frames wait in the cache until a
+group of ``stride`` is complete, and the stream's last, partial group is completed with zeros, as ``time_reduction``
+completes an utterance's. ``conv`` looks two frames ahead within each stride and has no chunk form.
 """
 from __future__ import annotations
 
@@ -35,6 +39,24 @@ def time_reduction(x: Tensor, lengths: Tensor, stride: int) -> tuple[Tensor, Ten
     x = x.masked_fill(lengths_to_padding_mask(lengths, T).unsqueeze(-1), 0.0)
     x = F.pad(x, (0, 0, 0, -T % stride))
     return x.reshape(B, -1, stride * D), torch.div(lengths + stride - 1, stride, rounding_mode="floor")
+
+
+def time_reduction_step(x: Tensor, cache: dict, stride: int, final: bool) -> Tensor:
+    """Chunk form of ``time_reduction``: ``B x n x D`` new frames -> ``B x m x stride*D`` completed groups.
+
+    Frames that do not fill a group wait in ``cache`` for the next chunk; ``final`` completes the last group with
+    zeros (the stream ends). Over a whole stream this returns ``time_reduction``'s output.
+    """
+    pending = cache.pop("pending", None)
+    if pending is not None:
+        x = torch.cat([pending, x], dim=1)
+    B, T, D = x.shape
+    complete = T // stride * stride
+    if final:
+        x, complete = F.pad(x, (0, 0, 0, -T % stride)), T + -T % stride
+    elif complete < T:
+        cache["pending"] = x[:, complete:]
+    return x[:, :complete].reshape(B, -1, stride * D)
 
 
 class ConvSubsampler(nn.Module):
@@ -74,6 +96,11 @@ class TimeReductionSubsampler(nn.Module):
         x, lengths = time_reduction(self.in_proj(features), lengths, self.stride)
         return x, lengths, lengths_to_padding_mask(lengths, x.shape[1])
 
+    def step(self, features: Tensor, cache: dict, final: bool = False) -> Tensor:
+        """The next ``B x n x F`` frames of a stream -> the ``B x m x D`` output frames they complete (``final``:
+        the stream ends here). ``cache``: a dict owned by the caller, ``{}`` at the start of a stream."""
+        return time_reduction_step(self.in_proj(features), cache, self.stride, final)
+
 
 class MultiScaleSubsampler(nn.Module):
     """``Linear(F, D/4)``, 2 MSSM layers, TR(2), 4 MSSM layers, TR(2) -> ``D`` (MSSM paper section 3.6).
@@ -100,6 +127,17 @@ class MultiScaleSubsampler(nn.Module):
                 x = layer(x, mask)
             x, lengths = time_reduction(x, lengths, 2)
         return x, lengths, lengths_to_padding_mask(lengths, x.shape[1])
+
+    def step(self, features: Tensor, cache: dict, final: bool = False) -> Tensor:
+        """The next ``B x n x F`` frames of a stream -> the ``B x m x D`` output frames they complete (``final``:
+        the stream ends here; causal MSSM layers only). ``cache``: a dict owned by the caller, ``{}`` at first."""
+        x = self.in_proj(features)
+        for i, layers in enumerate(self.scales):
+            if x.shape[1]:  # a chunk may complete no frame at this scale
+                for j, layer in enumerate(layers):
+                    x = layer.step(x, cache.setdefault((i, j), {}))
+            x = time_reduction_step(x, cache.setdefault(i, {}), 2, final)
+        return x
 
 
 SUBSAMPLERS = ("conv", "tr", "ms")

@@ -14,6 +14,9 @@ from .fft_conv import check_input, fft_conv
 from .structured_products import CHUNK_ELEMENTS, vandermonde
 
 
+DIRECT_CHUNK = 64  # pieces up to this many steps multiply by the Toeplitz matrix: an FFT of a few taps costs more
+
+
 class Recurrence(abc.ABC):
     """Batched step mode of ``H`` SSM channels with ``C`` outputs each."""
 
@@ -62,6 +65,7 @@ class DiagonalRecurrence(Recurrence):
         super().__init__(D)
         self.dA, self.dB, self.dC = dA, dB, dC
         self.log_dA = torch.log(dA.to(torch.promote_types(dA.dtype, torch.complex64)))
+        self._pieces: dict[int, tuple[Tensor, Tensor]] = {}  # piece length -> its matrices (_piece_matrices)
 
     def initial_state(self, batch_size: int) -> Tensor:
         return self.dA.new_zeros((batch_size,) + tuple(self.dA.shape))
@@ -75,7 +79,12 @@ class DiagonalRecurrence(Recurrence):
         return self._output(state, u.to(self.D.dtype)), state
 
     def chunk(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        """Parallel over time: FFT convolution plus the decaying response to ``state``, in bounded pieces."""
+        """Parallel over time: the convolution plus the decaying response to ``state``, in bounded pieces.
+
+        Pieces of at most ``DIRECT_CHUNK`` steps (a stream's chunks) multiply by the lower-triangular Toeplitz
+        matrix of the kernel; longer ones use the FFT. The matrices of each piece length are kept with the
+        recurrence, so a stream of equal chunks computes them once.
+        """
         check_input(u, self.channels)
         B, H, L = u.shape
         piece = max(1, CHUNK_ELEMENTS // max(1, B * self.dC.numel()))
@@ -85,16 +94,34 @@ class DiagonalRecurrence(Recurrence):
             ys.append(y)
         return torch.cat(ys, dim=-1), state
 
+    def _piece_matrices(self, L: int) -> tuple[Tensor, Tensor]:
+        """For pieces of ``L`` steps: the kernel (``C x H x L``; as a ``C x H x L x L`` Toeplitz matrix up to
+        ``DIRECT_CHUNK`` steps) and the powers ``dA^t``, ``t < L``: ``H x N x L``."""
+        cache = self._pieces
+        if L not in cache:
+            if len(cache) >= 8:  # a few lengths recur in a stream (its chunks and its last one)
+                cache.clear()
+            K = vandermonde(self.dC * self.dB, self.log_dA, L)
+            if L <= DIRECT_CHUNK:
+                lag = torch.arange(L, device=K.device)
+                lag = lag.unsqueeze(1) - lag  # k - j
+                K = K[..., lag.clamp(min=0)] * (lag >= 0).to(K.dtype)
+            t = torch.arange(L, dtype=K.dtype, device=K.device)
+            cache[L] = K, torch.exp(self.log_dA.unsqueeze(-1) * t)
+        return cache[L]
+
     def _chunk_parallel(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         L = u.shape[-1]
-        K = vandermonde(self.dC * self.dB, self.log_dA, L)  # C x H x L
-        y = fft_conv(u, K, self.D)
+        K, powers = self._piece_matrices(L)
+        if K.dim() == 4:  # y_k = sum_{j<=k} K_{k-j} u_j + D u_k
+            y = torch.einsum("chkj,bhj->bchk", K, u) + self.D.unsqueeze(-1) * u.unsqueeze(1)
+        else:
+            y = fft_conv(u, K, self.D)
         # response to the initial state: Re(sum_n dC_n dA_n^(k+1) x_n)
-        y = y + vandermonde(self.dC * (self.dA * state).unsqueeze(1), self.log_dA, L)
-        t = torch.arange(L - 1, -1, -1, dtype=u.dtype, device=u.device)
-        powers = torch.exp(self.log_dA.unsqueeze(-1) * t)  # H x N x L: dA^(L-1-j)
-        inputs = torch.einsum("bhl,hnl->bhn", u.to(powers.dtype), powers * self.dB.unsqueeze(-1))
-        new_state = self.dA * powers[..., 0] * state + inputs
+        y = y + torch.einsum("chn,bhn,hnl->bchl", self.dC, self.dA * state, powers.to(self.dC.dtype)).real
+        # the last state: dA^L x + sum_j dA^(L-1-j) dB u_j
+        inputs = torch.einsum("bhl,hnl->bhn", u.to(powers.dtype), powers.flip(-1) * self.dB.unsqueeze(-1))
+        new_state = self.dA * powers[..., -1] * state + inputs
         if not state.is_complex():
             new_state = new_state.real
         return y, new_state
