@@ -247,3 +247,70 @@ def test_a_changed_data_configuration_is_reported(tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"{out}/config.yaml: replacing" in m and "feature_transforms, specaugment" in m for m in warnings)
     assert "specaugment" not in yaml.safe_load((out / "config.yaml").read_text())
+
+
+def test_global_cmvn_statistics_of_the_training_subsets_in_the_config(tmp_path, monkeypatch):
+    from fairseq.data.audio.data_cfg import S2TDataConfig
+    from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
+    from fairseq.data.audio.feature_transforms.global_cmvn import GlobalCMVN
+
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--cmvn", "global") == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["feature_transforms"] == {"_train": ["global_cmvn", "specaugment"], "*": ["global_cmvn"]}
+    stats_path = Path(config["global_cmvn"]["stats_npz_path"])
+    assert stats_path.is_absolute() and stats_path == (out / "gcmvn.npz").resolve() and stats_path.is_file()
+    stats = np.load(stats_path)
+    assert sorted(stats.files) == ["mean", "std"]
+    assert all(stats[key].dtype == np.float32 and stats[key].shape == (80,) for key in stats.files)
+    training = [np.load(out / row["audio"]) for row in read_manifest(out / "train-fixture.tsv")]
+    frames = np.concatenate(training).astype(np.float64)
+    np.testing.assert_allclose(stats["mean"], frames.mean(axis=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(stats["std"], frames.std(axis=0), rtol=1e-5)
+    test = np.concatenate([np.load(out / row["audio"]) for row in read_manifest(out / "test-fixture.tsv")])
+    assert not np.allclose(stats["mean"], np.concatenate([frames, test]).mean(axis=0), atol=1e-3)  # training only
+    # fairseq's own transform, built from config.yaml in another working directory, normalises the training frames
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    data_cfg = S2TDataConfig(out / "config.yaml")
+    assert isinstance(CompositeAudioFeatureTransform.from_config_dict(
+        data_cfg.get_feature_transforms("train-fixture", True)).transforms[0], GlobalCMVN)
+    transform = CompositeAudioFeatureTransform.from_config_dict(data_cfg.get_feature_transforms("test-fixture", False))
+    normalised = np.concatenate([transform(features) for features in training])
+    assert np.abs(normalised.mean(axis=0)).max() < 1e-4 and np.abs(normalised.std(axis=0) - 1).max() < 1e-4
+
+
+def test_global_cmvn_without_training_subsets_is_refused(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     "test-fixture", "--vocab-size", "24", "--jobs", "1", "--cmvn", "global"]) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].startswith("--cmvn global computes its statistics on the training subsets")
+    assert "test-fixture" in errors[0] and not (out / "fbank80").exists()  # refused before any feature
+
+
+def test_switching_cmvn_on_a_prepared_directory_is_refused(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    config = out / "config.yaml"
+    assert run(corpus, out) == 0
+    before = config.read_bytes()
+    caplog.clear()
+    assert run(corpus, out, "--cmvn", "global") == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(config) in errors[0], errors
+    assert "--cmvn global" in errors[0] and "uses utterance CMVN" in errors[0] and "--overwrite-cmvn" in errors[0]
+    assert config.read_bytes() == before and not (out / "gcmvn.npz").exists()
+    assert run(corpus, out, "--cmvn", "global", "--overwrite-cmvn") == 0
+    assert yaml.safe_load(config.read_text())["feature_transforms"]["*"] == ["global_cmvn"]
+    stats = out / "gcmvn.npz"
+    written = (stats.read_bytes(), stats.stat().st_mtime_ns)
+    assert run(corpus, out, "--cmvn", "global") == 0  # the same data again: the same statistics, left as they are
+    assert (stats.read_bytes(), stats.stat().st_mtime_ns) == written
+    caplog.clear()
+    assert run(corpus, out) == 1  # back to utterance CMVN
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(config) in errors[0] and "--cmvn utterance" in errors[0]
+    assert "uses global CMVN" in errors[0] and stats.is_file()
+    assert run(corpus, out, "--overwrite-cmvn") == 0
+    assert yaml.safe_load(config.read_text())["feature_transforms"]["*"] == ["utterance_cmvn"]
+    assert "global_cmvn" not in yaml.safe_load(config.read_text()) and not stats.exists()

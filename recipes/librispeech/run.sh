@@ -4,9 +4,10 @@
 #   recipes/librispeech/run.sh [--stage N] [--stop-stage N] [--arch NAME] [--conf FILE]
 #
 # Stages: 0 download the subsets from openslr (skipped when present), 1 filterbanks, manifests, SentencePiece
-# and config.yaml (scripts/prepare_librispeech.py), 2 fairseq-train (Adam, warmup_hold_exp_decay; resumes
-# from checkpoint_last.pt), 3 average the last epoch checkpoints, 4 fairseq-generate on each evaluation set
-# (transducer beam search), 5 print a markdown WER table. Every stage can be re-run on its own.
+# and config.yaml (scripts/prepare_librispeech.py; the conf's cmvn: utterance, or global for streaming models),
+# 2 fairseq-train (Adam, warmup_hold_exp_decay; resumes from checkpoint_last.pt), 3 average the last epoch
+# checkpoints, 4 fairseq-generate on each evaluation set (transducer beam search), 5 print a markdown WER table.
+# Every stage can be re-run on its own.
 # Language-model fusion, after stage 5 (run.sh --stage 6 --stop-stage 8): 6 language-model text in the
 # transducer's units (the conf's lm_train_text, or the training transcripts; scripts/prepare_lm_text.py) and
 # fairseq-preprocess with the data's dict.txt, 7 fairseq-train --task language_modeling --arch LM_ARCH, 8 stage 4's
@@ -70,7 +71,8 @@ if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
   log "stage 1: features, manifests, SentencePiece ($vocab_size) for $subsets -> $data_dir"
   run python "$repo/scripts/prepare_librispeech.py" --librispeech-root "$corpus_root" --out "$data_dir" \
     --subsets "$subsets" --train-subsets "${train_sets// /,}" ${train_name:+--combine-train "$train_name"} \
-    --vocab-size "$vocab_size" --time-mask-width "$time_mask_width" $([[ "$specaugment" == 1 ]] || echo --no-specaugment)
+    --vocab-size "$vocab_size" --cmvn "$cmvn" --time-mask-width "$time_mask_width" \
+    $([[ "$specaugment" == 1 ]] || echo --no-specaugment)
 fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then

@@ -14,8 +14,13 @@ Output in ``--out``:
 - ``dict.txt``: the same dictionary under the name fairseq's ``language_modeling`` task reads: a language model
   trained over it (``fairseq-preprocess --srcdict dict.txt``) can be fused into the transducer's search
   (``fairseq-generate --lm-path``, which loads the LM with this directory's ``dict.txt``);
-- ``config.yaml``: utterance CMVN everywhere, SpecAugment (LibriSpeech "LD" policy) on training subsets
-  unless ``--no-specaugment``.
+- ``config.yaml``: CMVN on every subset, SpecAugment (LibriSpeech "LD" policy) on training subsets unless
+  ``--no-specaugment``. ``--cmvn utterance`` (the default): fairseq's ``utterance_cmvn``, each utterance
+  normalised by its own mean and std, which needs the whole utterance. ``--cmvn global``: fairseq's
+  ``global_cmvn`` with ``gcmvn.npz`` (``mean``, ``std``: ``80`` float32 each), the mean and std of each bin over
+  every frame of the training subsets (sums in float64, std floored at ``sqrt(1e-8)`` as fairseq's
+  ``cal_gcmvn_stats`` does), named by its absolute path (fairseq opens it relative to the working directory): what
+  a streaming model needs, as it normalises each frame as it comes (``ssm_fairseq.streaming.filterbank``).
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
@@ -29,7 +34,10 @@ the run then fails, unless ``--skip-bad`` is given, in which case the bad uttera
 Re-running into the same ``--out`` with the same inputs leaves the SentencePiece model and dictionary as they are
 (byte for byte). A run whose model or dictionary would differ from the ones already there (other training
 subsets or transcripts, or another ``--vocab-size`` than ``config.yaml`` names), which models trained on this
-directory use, is refused before any manifest is written, unless ``--overwrite-vocabulary`` is given.
+directory use, is refused before any manifest is written, unless ``--overwrite-vocabulary`` is given. In the
+same way a run whose ``--cmvn`` differs from the one the existing ``config.yaml`` uses is refused before any
+feature is computed, unless ``--overwrite-cmvn`` is given; with ``--cmvn global``, statistics that differ from the
+``gcmvn.npz`` already there (other training audio) replace it with a warning, as a changed ``config.yaml`` does.
 
     ssm-prepare-librispeech --librispeech-root LibriSpeech --out data --vocab-size 4096
 
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import multiprocessing
 import shutil
@@ -63,6 +72,9 @@ LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", 
                        "test-clean", "test-other"]
 LM_DICTIONARY = "dict.txt"  # the dictionary again, where fairseq's language_modeling task (and LM fusion) reads it
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
+CMVN_CHOICES = ("utterance", "global")  # --cmvn: fairseq's utterance_cmvn or global_cmvn feature transform
+GLOBAL_CMVN_STATS = "gcmvn.npz"  # in --out, with --cmvn global
+GLOBAL_CMVN_VARIANCE_FLOOR = 1e-8  # fairseq's cal_gcmvn_stats (examples/speech_to_text/data_utils.py)
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
 
@@ -88,6 +100,10 @@ class CorpusError(Exception):
 
 class VocabularyError(Exception):
     """This run's SentencePiece model or dictionary would replace a different one already in ``--out``."""
+
+
+class CmvnError(Exception):
+    """This run's ``--cmvn`` differs from the CMVN of the ``config.yaml`` already in ``--out``."""
 
 
 def read_subset(root: Path, subset: str, out: Path) -> tuple[list[Utterance], list[str]]:
@@ -170,19 +186,31 @@ def stored_frames(utterance: Utterance, stamp: str) -> int | None:
     return shape[0] if len(shape) == 2 and shape[0] > 0 and shape[1] == NUM_MEL_BINS else None
 
 
-def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
-    """Compute and store one utterance's features and source stamp -> ``(id, frames, conversion)``, or
-    ``(id, problem, None)``; features stored from the same audio are reused (``stored_frames``)."""
+def feature_sums(features: np.ndarray) -> np.ndarray:
+    """``T x 80`` features -> ``2 x 80`` float64: each bin's sum over the frames, and its sum of squares."""
+    features = features.astype(np.float64)
+    return np.stack([features.sum(axis=0), np.square(features).sum(axis=0)])
+
+
+def extract(utterance: Utterance, sums: bool = False) -> tuple[str, int | str, str | None, np.ndarray | None]:
+    """Compute and store one utterance's features and source stamp -> ``(id, frames, conversion, sums)``, or
+    ``(id, problem, None, None)``; features stored from the same audio are reused (``stored_frames``). ``sums``:
+    also their ``feature_sums`` (read back from the stored file when reused), else None."""
     try:
         stamp = source_stamp(utterance.audio)
         frames = stored_frames(utterance, stamp)
         if frames is not None:
-            return utterance.id, frames, None
+            if not sums:
+                return utterance.id, frames, None, None
+            try:
+                return utterance.id, frames, None, feature_sums(np.load(utterance.features))
+            except (OSError, ValueError):  # changed since its header was read: computed again below
+                pass
         features, conversion = filterbank_features(utterance.audio)
     except AudioError as error:
-        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: {error.problem}", None
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: {error.problem}", None, None
     except OSError as error:
-        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None
+        return utterance.id, f"{utterance.audio}: utterance {utterance.id}: unreadable audio ({error})", None, None
     stamp_file = utterance.features.with_suffix(".source")
     stamp_file.unlink(missing_ok=True)  # no stamp of other audio beside these features, even if we stop midway
     utterance.features.parent.mkdir(parents=True, exist_ok=True)
@@ -192,16 +220,23 @@ def extract(utterance: Utterance) -> tuple[str, int | str, str | None]:
     partial_stamp = stamp_file.with_suffix(".partial.source")
     partial_stamp.write_text(stamp, encoding="utf-8")
     partial_stamp.replace(stamp_file)
-    return utterance.id, features.shape[0], conversion
+    return utterance.id, features.shape[0], conversion, feature_sums(features) if sums else None
 
 
 def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str, int | str]:
-    """Features of every utterance on ``jobs`` processes, logging progress -> id: frames or problem."""
+def extract_all(utterances: list[Utterance], jobs: int, label: str,
+                sums: bool = False) -> tuple[dict[str, int | str], np.ndarray | None]:
+    """Features of every utterance on ``jobs`` processes, logging progress -> (id: frames or problem, the
+    ``feature_sums`` of all the utterances with features if ``sums``, else None).
+
+    The sums are accumulated in float64 in the order of ``utterances`` (``Pool.imap``, not ``imap_unordered``),
+    whichever process finishes first, so that the same features give the same sums bit for bit."""
     results: dict[str, int | str] = {}
+    total = np.zeros((2, NUM_MEL_BINS), dtype=np.float64) if sums else None
+    work = functools.partial(extract, sums=True) if sums else extract
     conversions: dict[str, int] = {}
     start, every = time.time(), max(1, len(utterances) // 20)
     chunk = 8
@@ -209,11 +244,13 @@ def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str,
     with contextlib.ExitStack() as stack:
         if jobs > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker))
-            finished = pool.imap_unordered(extract, utterances, chunksize=chunk)
+            finished = (pool.imap if sums else pool.imap_unordered)(work, utterances, chunksize=chunk)
         else:
-            finished = map(extract, utterances)
-        for done, (utterance_id, result, conversion) in enumerate(finished, 1):
+            finished = map(work, utterances)
+        for done, (utterance_id, result, conversion, result_sums) in enumerate(finished, 1):
             results[utterance_id] = result
+            if result_sums is not None:
+                total += result_sums
             if conversion:
                 conversions[conversion] = conversions.get(conversion, 0) + 1
             if done % every == 0 or done == len(utterances):
@@ -222,7 +259,7 @@ def extract_all(utterances: list[Utterance], jobs: int, label: str) -> dict[str,
                             f"about {elapsed / done * (len(utterances) - done):.0f}s left")
     for conversion, count in sorted(conversions.items()):
         logger.info(f"{label}: {count} utterances not 16 kHz mono: {conversion} (to 16 kHz mono)")
-    return results
+    return results, total
 
 
 def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, int], out: Path) -> None:
@@ -307,15 +344,75 @@ def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
     return name
 
 
-def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]) -> None:
-    """``config.yaml``; ``time_mask_width`` None: no SpecAugment."""
+def configured_cmvn(config: dict) -> str:
+    """The CMVN a ``config.yaml`` (as a dict) applies: ``"global"``, ``"utterance"`` or ``"none"``."""
+    transforms = config.get("feature_transforms") or config.get("transforms") or {}
+    names = {name for names in transforms.values() for name in (names or [])}
+    return "global" if "global_cmvn" in names else "utterance" if "utterance_cmvn" in names else "none"
+
+
+def check_cmvn(out: Path, cmvn: str, overwrite: bool) -> None:
+    """``CmvnError`` if ``out/config.yaml`` exists and applies another CMVN than ``cmvn`` (unless ``overwrite``, which
+    logs a warning): models trained on ``out`` were trained on features normalised the other way."""
+    path = out / "config.yaml"
+    if not path.is_file():
+        return
+    existing = configured_cmvn(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    if existing == cmvn:
+        return
+    if not overwrite:
+        raise CmvnError(
+            f"this run's --cmvn {cmvn} differs from {path}, which uses {existing} CMVN and which models trained on "
+            f"{out} use (their features were normalised the other way): prepare into a new --out, or pass "
+            f"--overwrite-cmvn to replace it")
+    logger.warning(f"--overwrite-cmvn: {path} switches from {existing} to {cmvn} CMVN; checkpoints trained on it "
+                   f"no longer get the features they were trained on")
+
+
+def global_cmvn_stats(frames: int, sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``frames`` and the ``2 x 80`` float64 sums of their values and squares -> (mean, std), ``80`` float32 each,
+    as fairseq's ``cal_gcmvn_stats`` computes them (variance floored at 1e-8)."""
+    mean = sums[0] / frames
+    variance = sums[1] / frames - mean ** 2
+    std = np.sqrt(np.maximum(variance, GLOBAL_CMVN_VARIANCE_FLOOR))
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def write_global_cmvn(out: Path, mean: np.ndarray, std: np.ndarray) -> Path:
+    """``out/gcmvn.npz`` (``mean``, ``std``, as fairseq's ``GlobalCMVN`` reads them), written atomically -> its
+    absolute path. A different one already there is replaced with a warning."""
+    path = (out / GLOBAL_CMVN_STATS).resolve()
+    if path.is_file():
+        try:
+            with np.load(path) as before:
+                same = np.array_equal(before["mean"], mean) and np.array_equal(before["std"], std)
+        except (OSError, ValueError, KeyError):
+            same = False
+        if same:
+            return path
+        logger.warning(f"{path}: replacing the global CMVN statistics of an earlier preparation (other training "
+                       f"audio?); checkpoints trained on {out} were trained with the old ones")
+    partial = path.with_name(f"{path.stem}.partial.npz")
+    with open(partial, "wb") as f:
+        np.savez(f, mean=mean, std=std)
+    partial.replace(path)
+    return path
+
+
+def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"],
+                 global_cmvn: Path | None = None) -> None:
+    """``config.yaml``; ``time_mask_width`` None: no SpecAugment; ``global_cmvn``: the absolute path of the global
+    CMVN statistics (``global_cmvn``), None: utterance CMVN."""
+    cmvn = "utterance_cmvn" if global_cmvn is None else "global_cmvn"
     config = {
         "input_feat_per_channel": 80,
         "audio_root": str(out.resolve()),
         "vocab_filename": f"{spm_name}.txt",
         "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
-        "feature_transforms": {"_train": ["utterance_cmvn"], "*": ["utterance_cmvn"]},
+        "feature_transforms": {"_train": [cmvn], "*": [cmvn]},
     }
+    if global_cmvn is not None:
+        config["global_cmvn"] = {"stats_npz_path": str(global_cmvn)}
     if time_mask_width is not None:
         config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
         config["feature_transforms"]["_train"].append("specaugment")
@@ -331,17 +428,29 @@ def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUG
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
             skip_bad: bool = False, combine_train: str | None = None,
-            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"], overwrite_vocabulary: bool = False) -> None:
-    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc).
+            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"], overwrite_vocabulary: bool = False,
+            cmvn: str = "utterance", overwrite_cmvn: bool = False) -> None:
+    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc);
+    ``cmvn``: ``"utterance"`` or ``"global"`` (also ``gcmvn.npz``, from the ``train_subsets``).
 
-    Raises ``CorpusError`` listing every problem unless ``skip_bad``, and ``VocabularyError`` (before any
-    manifest is written) if the vocabulary would replace a different one unless ``overwrite_vocabulary``.
+    Raises ``CorpusError`` listing every problem unless ``skip_bad``, ``VocabularyError`` (before any manifest is
+    written) if the vocabulary would replace a different one unless ``overwrite_vocabulary``, ``CmvnError`` (before
+    any feature is computed) if ``out/config.yaml`` applies another CMVN unless ``overwrite_cmvn``, and
+    ``ValueError`` for ``cmvn`` global without training subsets.
     """
-    out.mkdir(parents=True, exist_ok=True)
+    if cmvn not in CMVN_CHOICES:
+        raise ValueError(f"--cmvn {cmvn}: expected one of {', '.join(CMVN_CHOICES)}")
     if not set(train_subsets) <= set(subsets):
         raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
+    if cmvn == "global" and not train_subsets:
+        raise ValueError(f"--cmvn global computes its statistics on the training subsets, and none of {subsets} is "
+                         f"one (--train-subsets, or by default the subsets whose name starts with 'train'): prepare "
+                         f"the training subsets with them, or use --cmvn utterance")
+    out.mkdir(parents=True, exist_ok=True)
+    check_cmvn(out, cmvn, overwrite_cmvn)
     kept: dict[str, list[Utterance]] = {}
     frames: dict[str, dict[str, int]] = {}
+    sums: dict[str, np.ndarray | None] = {}  # subset -> its feature_sums (--cmvn global, training subsets)
     all_problems: list[str] = []
     read = {subset: read_subset(root, subset, out) for subset in subsets}
     for subset, refused in refuse_ids_in_several_subsets({s: u for s, (u, _) in read.items()}).items():
@@ -349,7 +458,7 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
         read[subset] = ([u for u in utterances if u.id not in refused], problems + list(refused.values()))
     for subset in subsets:
         utterances, problems = read[subset]
-        results = extract_all(utterances, jobs, subset)
+        results, sums[subset] = extract_all(utterances, jobs, subset, cmvn == "global" and subset in train_subsets)
         problems += [result for result in results.values() if isinstance(result, str)]
         frames[subset] = {uid: result for uid, result in results.items() if isinstance(result, int)}
         kept[subset] = [u for u in utterances if u.id in frames[subset]]
@@ -378,7 +487,19 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
             for n, subset in enumerate(train_subsets):
                 lines = (out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
                 combined.writelines(lines if n == 0 else lines[1:])
-    write_config(out, spm_name, time_mask_width)
+    global_cmvn = None
+    if cmvn == "global":  # in a fixed order, so that the same features give the same statistics bit for bit
+        training = list(dict.fromkeys(train_subsets))  # each subset once
+        count = sum(sum(frames[subset].values()) for subset in training)
+        mean, std = global_cmvn_stats(count, sum(sums[subset] for subset in training))
+        global_cmvn = write_global_cmvn(out, mean, std)
+        logger.info(f"global CMVN over {count} frames of {', '.join(training)} -> {global_cmvn}")
+    else:
+        stale = out / GLOBAL_CMVN_STATS
+        if stale.is_file():  # left by a --cmvn global preparation that --overwrite-cmvn replaced
+            stale.unlink()
+            logger.warning(f"{stale}: removed (this directory now uses utterance CMVN)")
+    write_config(out, spm_name, time_mask_width, global_cmvn)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,12 +516,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-mask-width", type=int, default=SPECAUGMENT_LD["time_mask_T"],
                         help="SpecAugment's widest time mask in frames (100, LibriSpeech's LD policy)")
     parser.add_argument("--no-specaugment", action="store_true", help="no SpecAugment on training subsets")
+    parser.add_argument("--cmvn", choices=CMVN_CHOICES, default="utterance",
+                        help="utterance: each utterance normalised by its own mean and std (default); global: by the "
+                             "training subsets' mean and std per bin (gcmvn.npz), which streaming models need")
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
     parser.add_argument("--overwrite-vocabulary", action="store_true",
                         help="replace a different SentencePiece model / dictionary already in --out (models "
                              "trained on it will no longer match)")
+    parser.add_argument("--overwrite-cmvn", action="store_true",
+                        help="switch a --out prepared with the other --cmvn (models trained on it will no longer "
+                             "get the features they were trained on)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
@@ -410,11 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
                 args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width,
-                args.overwrite_vocabulary)
+                args.overwrite_vocabulary, args.cmvn, args.overwrite_cmvn)
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1
-    except (FileNotFoundError, ValueError, VocabularyError) as error:
+    except (FileNotFoundError, ValueError, VocabularyError, CmvnError) as error:
         logger.error(str(error))
         return 1
     return 0

@@ -9,6 +9,7 @@ eval_sets="${EVAL_SETS:-dev-clean dev-other test-clean test-other}"
 vocab_size="${VOCAB_SIZE:-4096}"
 specaugment="${SPECAUGMENT:-1}"
 time_mask_width="${TIME_MASK_WIDTH:-100}"         # SpecAugment LD policy
+cmvn="${CMVN:-utterance}"                         # global: training-set CMVN (gcmvn.npz), what streaming models need
 arch="${ARCH:-mssm_transducer}"
 model_args="${MODEL_ARGS:-}"
 # Pruned RNN-T: at 4097 units the whole-batch lattice of a 40000-frame batch is tens of GB; the pruned loss is

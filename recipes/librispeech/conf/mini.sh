@@ -9,6 +9,7 @@ eval_sets="${EVAL_SETS:-dev-mini test-mini}"
 vocab_size="${VOCAB_SIZE:-128}"
 specaugment="${SPECAUGMENT:-0}"                   # 1 slows the demo's convergence more than it helps
 time_mask_width="${TIME_MASK_WIDTH:-20}"          # with SPECAUGMENT=1: utterances are about 2 s
+cmvn="${CMVN:-utterance}"                         # global: training-set CMVN (gcmvn.npz), what streaming models need
 arch="${ARCH:-mssm_transducer}"
 model_args="${MODEL_ARGS:---encoder-layers 4 --encoder-embed-dim 144 --encoder-ffn-embed-dim 576 --ssm-heads 4 \
 --ssm-state-size 16 --subsampler tr --predictor-embed-dim 128 --predictor-hidden-dim 128 --predictor-layers 1 \
