@@ -3,12 +3,27 @@
     ssm-transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt a.flac b.wav ...
 
 (the installed command; ``python -m ssm_fairseq.transcribe`` is the same) prints ``PATH<TAB>transcript`` for every
-file, in the order given. From Python::
+file, in the order given. With ``--timestamps`` each line gets a third column, the transcript's words with their
+times as a JSON list of ``[word, start, end]`` (seconds from the start of the file, rounded to 0.01)::
+
+    a.flac<TAB>HELLO WORLD<TAB>[["HELLO", 0.32, 0.6], ["WORLD", 0.64, 1.04]]
+
+(JSON escapes any tab or line break, so a line splits on its first two tabs; the words are ``transcript.split()``,
+so joined by single spaces they are the transcript, unless two word boundaries in a row left two spaces in it).
+From Python::
 
     from ssm_fairseq.transcribe import Transcriber, transcribe
     texts = transcribe(["a.flac", "b.wav"], checkpoint="checkpoint_avg10.pt")  # loads the model, then decodes
     transcriber = Transcriber("checkpoint_avg10.pt", beam=4)  # load once, call many times
     texts = transcriber.transcribe(["a.flac"])
+    timed = transcriber.transcribe(["a.flac"], timestamps=True)  # [TimedTranscript(text, words)]
+    for word, start, end in timed[0].words: ...                   # TimedWord(word, start, end), seconds
+
+A word's times are those of the encoder frames at which the search emitted its first and last units on the best
+hypothesis's alignment (``fairseq-generate --print-alignment hard``'s frames): from the start of the first unit's
+frame to the end of the last one's (one frame = the sub-sampling stride x 10 ms, e.g. 40 ms), clamped to the
+file's duration. They are when the model decided on the word, which may lag the sound (see
+``ssm_fairseq.generation.word_timestamps``).
 
 The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
 directory and ``config.yaml``, which give the dictionary of SentencePiece units and the feature transforms;
@@ -28,14 +43,16 @@ the dictionary it was trained with against the data directory's).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
 from argparse import Namespace
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, NamedTuple, Sequence, overload
 
 import numpy as np
+import soundfile as sf
 import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
@@ -43,10 +60,13 @@ from fairseq.data.audio.data_cfg import S2TDataConfig
 from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 from torch.nn.utils.rnn import pad_sequence
 
-from .audio_features import NUM_MEL_BINS, AudioError, audio_frames, filterbank_features
+from .audio_features import (FRAME_SHIFT_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames,
+                             filterbank_features)
 from .checkpoint_checks import naming_the_checkpoint
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .generation.transducer_generator import NonFiniteScoreError
+from .generation.word_timestamps import TimedWord, word_timestamps
+from .modules.subsampling import subsampling_stride
 from .tasks.speech_transducer import SEARCHES
 
 logger = logging.getLogger("ssm_fairseq.transcribe")
@@ -54,6 +74,16 @@ logger = logging.getLogger("ssm_fairseq.transcribe")
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
 EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class TimedTranscript(NamedTuple):
+    """One file's transcript and its words with their times: ``[w.word for w in words] == text.split()``, so
+    ``" ".join(w.word for w in words) == text`` unless the search emitted two word boundaries in a row (a lone
+    ``"▁"`` unit after a word-initial one), which leaves two spaces in ``text`` (as in fairseq-generate's ``D-``
+    line)."""
+
+    text: str
+    words: list[TimedWord]
 
 
 class InputError(ValueError):
@@ -140,6 +170,9 @@ class Transcriber:
         lm_path, lm_weight, lm_eos: shallow fusion with a fairseq language model, as ``fairseq-generate --lm-path
             --lm-weight`` (and ``--no-lm-eos`` for ``lm_eos=False``): the LM is loaded with the data directory's
             ``dict.txt``, which must hold the transducer's units. The LM stays in float32.
+
+    ``frame_seconds`` is the time one encoder frame stands for (the sub-sampling stride x 10 ms), which turns
+    emission frames into word times (``transcribe(paths, timestamps=True)``, ``timed_words``).
     """
 
     def __init__(self, checkpoint: Path | str, data_dir: Path | str | None = None,
@@ -178,6 +211,9 @@ class Transcriber:
         self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
             self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
+        model_cfg = self.model.cfg  # seconds per encoder frame, for timestamps
+        self.frame_seconds = (subsampling_stride(model_cfg.subsampler, model_cfg.tr_stride) * FRAME_SHIFT_SAMPLES
+                              / SAMPLE_RATE)
         searching = "greedy search" if beam == 1 else f"beam {beam}, {search} search"
         if lm is not None:
             searching += f", fused with {lm_path} (weight {lm_weight})"
@@ -194,25 +230,40 @@ class Transcriber:
             raise AudioError(path, "features are not finite (NaN or inf in the audio)")
         return torch.from_numpy(fbank).float()
 
-    def transcribe(self, paths: Sequence[Path | str]) -> list[str]:
+    @overload
+    def transcribe(self, paths: Sequence[Path | str], timestamps: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def transcribe(self, paths: Sequence[Path | str], timestamps: Literal[True]) -> list[TimedTranscript]: ...
+
+    def transcribe(self, paths: Sequence[Path | str], timestamps: bool = False) -> list[str] | list[TimedTranscript]:
         """The transcript (words) of each audio file, in the order of ``paths``.
+
+        With ``timestamps=True``, a ``TimedTranscript(text, words)`` per file instead: the same transcript and its
+        words as ``TimedWord(word, start, end)`` (seconds from the file's start, within ``[0, duration]``, in
+        order), timed by the encoder frames of their units on the best hypothesis's alignment
+        (``ssm_fairseq.generation.word_timestamps``). Needs a config without a ``pre_tokenizer`` (words are then
+        exactly the SentencePiece text's).
 
         Raises ``InputError`` naming every file that is missing, unreadable, empty or longer than the model's
         ``max_source_positions`` (or than ``max_tokens``) before anything is decoded.
         """
         if isinstance(paths, (str, Path)):
             raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
+        if timestamps:
+            self._check_timestamps()
         if not paths:
             return []
         frames = np.array(self._frames(paths), dtype=np.int64)
         order = np.lexsort((np.arange(len(paths)), -frames))  # longest first, as fairseq orders a manifest
         batches = data_utils.batch_by_size(order, num_tokens_fn=frames.__getitem__, max_tokens=self.max_tokens,
                                            max_sentences=self.batch_size)
-        texts: list[str | None] = [None] * len(paths)
+        texts: list[str | TimedTranscript | None] = [None] * len(paths)
         done, every = 0, max(1, len(batches) // 10)
         for n, batch in enumerate(batches, 1):
             try:
-                decoded = self._decode(batch, [self.features(paths[i]) for i in batch])
+                decoded = self._decode(batch, [self.features(paths[i]) for i in batch],
+                                       [_duration(paths[i]) for i in batch] if timestamps else None)
             except NonFiniteScoreError as error:  # sample ids are indices of paths
                 raise InputError([f"{paths[i]}: {error.reason}" for i in error.ids]) from error
             for index, text in zip(batch, decoded):
@@ -242,9 +293,11 @@ class Transcriber:
             raise InputError(problems)
         return frames
 
-    def _decode(self, ids: Sequence[int], features: list[torch.Tensor]) -> list[str]:
+    def _decode(self, ids: Sequence[int], features: list[torch.Tensor],
+                durations: list[float] | None = None) -> list[str] | list[TimedTranscript]:
         """The features of files ``ids`` -> their transcripts, decoded as one padded batch (zeros after each end,
-        longest first, as fairseq's collater pads a batch)."""
+        longest first, as fairseq's collater pads a batch); with the files' ``durations`` (seconds), their
+        ``TimedTranscript``s."""
         lengths, order = torch.tensor([f.shape[0] for f in features]).sort(descending=True)
         sample = {"id": torch.tensor(ids)[order], "net_input": {
             "src_tokens": pad_sequence([features[i] for i in order], batch_first=True).to(self.device),
@@ -252,27 +305,75 @@ class Transcriber:
         hypotheses = self.task.inference_step(self.generator, [self.model], sample)
         texts = [""] * len(features)
         for i, best in zip(order.tolist(), hypotheses):
-            texts[i] = self._text(best[0]["tokens"])
+            texts[i] = self.text(best[0]["tokens"])
+            if durations is not None:  # the alignment: (encoder frame, token index) per label, </s> not included
+                tokens = best[0]["tokens"].tolist()
+                aligned = [(frame, tokens[index]) for frame, index in best[0]["alignment"]]
+                texts[i] = TimedTranscript(texts[i], self.timed_words([token for _, token in aligned],
+                                                                      [frame for frame, _ in aligned], durations[i]))
         return texts
 
-    def _text(self, tokens: torch.Tensor) -> str:
+    def _check_timestamps(self) -> None:
+        """``ValueError`` if the config's pre-tokenizer rewrites the SentencePiece text (its words are timed)."""
+        if self.tokenizer is not None:
+            raise ValueError(f"timestamps time the words of the SentencePiece text; this config's pre_tokenizer "
+                             f"{self.task.data_cfg.pre_tokenizer} rewrites them after decoding")
+
+    def text(self, tokens: torch.Tensor | Sequence[int]) -> str:
         """Label ids -> words, as ``fairseq-generate --post-process sentencepiece`` makes its ``D-`` line (then the
         config's pre-tokenizer's decoding, if it has one)."""
-        text = self.dictionary.string(tokens.int().cpu(), "sentencepiece",
+        text = self.dictionary.string(torch.as_tensor(tokens, dtype=torch.int).cpu(), "sentencepiece",
                                       extra_symbols_to_ignore=self.generator.symbols_to_strip_from_output)
         return text if self.tokenizer is None else self.tokenizer.decode(text)
 
+    def timed_words(self, tokens: Sequence[int], frames: Sequence[int],
+                    duration: float | None = None) -> list[TimedWord]:
+        """Label ids and the encoder frame each was emitted at (a ``Hypothesis``'s ``tokens`` and ``frames``) -> the
+        words of ``text(tokens)`` with their times in seconds (``word_timestamps`` at this model's
+        ``frame_seconds``, clamped to ``duration`` when given). The ids ``text`` drops (``</s>``, ``<s>``) are
+        dropped here too."""
+        self._check_timestamps()
+        if len(tokens) != len(frames):
+            raise ValueError(f"{len(tokens)} tokens but {len(frames)} frames")
+        dropped = set(self.generator.symbols_to_strip_from_output) | {self.dictionary.eos()}
+        kept = [(int(token), frame) for token, frame in zip(tokens, frames) if int(token) not in dropped]
+        return word_timestamps([self.dictionary[token] for token, _ in kept], [frame for _, frame in kept],
+                               self.frame_seconds, duration)
 
-def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, **options) -> list[str]:
+
+def _duration(path: Path | str) -> float:
+    """Seconds of audio in a file (checked readable before), from its header."""
+    info = sf.info(str(path))
+    return info.frames / info.samplerate
+
+
+@overload
+def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, *, timestamps: Literal[False] = False,
+               **options) -> list[str]: ...
+
+
+@overload
+def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, *, timestamps: Literal[True],
+               **options) -> list[TimedTranscript]: ...
+
+
+def transcribe(paths: Sequence[Path | str], checkpoint: Path | str, *, timestamps: bool = False,
+               **options) -> list[str] | list[TimedTranscript]:
     """The transcript of each audio file in ``paths``, in order: ``Transcriber(checkpoint, **options)`` (see its
-    arguments), then ``transcribe(paths)``. Load a ``Transcriber`` once to transcribe several lists."""
-    return Transcriber(checkpoint, **options).transcribe(paths)
+    arguments), then ``transcribe(paths, timestamps)``. Load a ``Transcriber`` once to transcribe several lists."""
+    return Transcriber(checkpoint, **options).transcribe(paths, timestamps=timestamps)
+
+
+def timed_words_json(words: Sequence[TimedWord]) -> str:
+    """``--timestamps``' third column: ``[[word, start, end], ...]`` in seconds rounded to 0.01, on one line."""
+    return json.dumps([[w.word, round(w.start, 2), round(w.end, 2)] for w in words], ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ssm-transcribe",
                                      description="Transcribe audio files with a speech_transducer checkpoint: "
-                                                 "prints PATH<TAB>transcript per file, in input order.")
+                                                 "prints PATH<TAB>transcript per file, in input order "
+                                                 "(PATH<TAB>transcript<TAB>timed words with --timestamps).")
     parser.add_argument("audio", nargs="+", help="audio files (any format soundfile reads, any rate and channels)")
     parser.add_argument("--checkpoint", required=True, help="fairseq-train --task speech_transducer checkpoint")
     parser.add_argument("--data-dir", default=None,
@@ -296,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
     parser.add_argument("--batch-size", type=int, default=None, help="most files in a batch")
+    parser.add_argument("--timestamps", action="store_true",
+                        help="add a third column: the words with their times, a JSON list of [word, start, end] in "
+                             "seconds (rounded to 0.01), from the encoder frames at which the search emitted each "
+                             "word's first and last units (when the model decided, which may lag the sound)")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--fp16", action="store_const", const="float16", dest="precision", default="float32",
@@ -316,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                                   batch_size=args.batch_size, precision=args.precision, lm_path=args.lm_path,
                                   lm_weight=args.lm_weight, lm_eos=args.lm_eos)
         start = time.perf_counter()
-        texts = transcriber.transcribe(args.audio)
+        texts = transcriber.transcribe(args.audio, timestamps=args.timestamps)
     except InputError as error:
         for problem in error.problems:
             logger.error(problem)
@@ -326,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error(str(error))
         return 1
     for path, text in zip(args.audio, texts):
-        print(f"{path}\t{text}")
+        print(f"{path}\t{text.text}\t{timed_words_json(text.words)}" if args.timestamps else f"{path}\t{text}")
     logger.info(f"transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s")
     return 0
 

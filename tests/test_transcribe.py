@@ -6,6 +6,7 @@ fairseq-train, average_checkpoints.py, as the recipe runs them) and its averaged
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -21,7 +22,9 @@ from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 from ssm_fairseq.audio_features import audio_frames
-from ssm_fairseq.transcribe import PRECISIONS, InputError, Transcriber, transcribe
+from ssm_fairseq.generation.word_timestamps import word_timestamps
+from ssm_fairseq.transcribe import PRECISIONS, InputError, TimedTranscript, Transcriber, timed_words_json, transcribe
+from ssm_fairseq.transcribe import main as transcribe_main
 
 from cli import BIN, REPO, run_ok
 from test_librispeech_recipe import TINY_MODEL
@@ -313,3 +316,167 @@ def test_fusion_without_the_lm_dictionary_or_the_lm_is_refused(trained, language
         Transcriber(checkpoint, data_dir=bare, device="cpu", lm_path=language_models["spade_lm"], lm_weight=0.5)
     with pytest.raises(ValueError, match="--lm-weight 0.5 needs a language model"):
         Transcriber(checkpoint, device="cpu", lm_weight=0.5)
+
+
+
+def _check_timed(timed: TimedTranscript, duration: float, frame_seconds: float) -> None:
+    """Every word inside the audio, start <= end, in order (neighbours share at most their emission frame), and the
+    words spell the transcript."""
+    words = timed.words
+    assert all(0 <= w.start <= w.end <= duration for w in words), (duration, words)
+    assert all(a.start <= b.start and a.end <= b.end and b.start >= a.end - frame_seconds - 1e-9
+               for a, b in zip(words, words[1:])), words
+    assert [w.word for w in words] == timed.text.split()
+    if "  " not in timed.text:  # two word boundaries in a row leave two spaces, which no list of words can spell
+        assert " ".join(w.word for w in words) == timed.text
+
+
+def test_timestamps_lie_in_the_audio_in_order_and_are_fairseq_generates_alignment(trained, tmp_path):
+    """With timestamps, the same transcripts; each word timed by the frames fairseq-generate --print-alignment hard
+    prints for its units (H- pieces without --post-process), 40 ms per encoder frame (tr stride 4), within the file.
+    """
+    data, checkpoint, files = trained
+    transcriber = Transcriber(checkpoint, device="cpu", **SEARCH)
+    assert transcriber.frame_seconds == pytest.approx(0.04)
+    timed = transcriber.transcribe(files, timestamps=True)
+    assert [t.text for t in timed] == transcriber.transcribe(files)
+    assert all(t.words for t in timed)  # the blank penalty makes every file emit words
+    durations = [sf.info(str(path)).duration for path in files]
+    for t, duration in zip(timed, durations):
+        _check_timed(t, duration, 0.04)
+    run_ok([str(BIN / "fairseq-generate"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--path", str(checkpoint), "--gen-subset", "test-mini", "--print-alignment", "hard", *_cli_options(SEARCH),
+            "--results-path", str(tmp_path), "--cpu"], env=SINGLE_THREAD)
+    decoded = (tmp_path / "generate-test-mini.txt").read_text()
+    pieces = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", decoded, flags=re.M))
+    frames = dict(re.findall(r"^A-(\d+)\t(.*)$", decoded, flags=re.M))
+    for i, (t, duration) in enumerate(zip(timed, durations)):
+        units = pieces[str(i)].split()
+        emitted = [int(pair.split("-")[0]) for pair in frames[str(i)].split()]
+        assert t.words == word_timestamps(units, emitted, 0.04, duration)
+    # the module function, and an empty list
+    assert transcribe(files[:1], checkpoint, device="cpu", timestamps=True, **SEARCH) == timed[:1]
+    assert transcriber.transcribe([], timestamps=True) == []
+
+
+def test_cli_timestamps_print_a_json_list_of_words_start_end(trained):
+    _, checkpoint, files = trained
+    expected = Transcriber(checkpoint, device="cpu", **SEARCH).transcribe(files[:3], timestamps=True)
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint),
+                          "--timestamps", *_cli_options(SEARCH), "--cpu", *map(str, files[:3])],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3
+    for line, path, timed in zip(lines, files, expected):
+        name, text, words = line.split("\t")
+        assert (name, text) == (str(path), timed.text)
+        words = json.loads(words)
+        assert words == [[w.word, round(w.start, 2), round(w.end, 2)] for w in timed.words]
+        assert all(isinstance(word, str) and all(round(x, 2) == x for x in (start, end)) for word, start, end in words)
+
+def test_cli_help_documents_timestamps(capsys):
+    with pytest.raises(SystemExit):
+        transcribe_main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "--timestamps" in help_text and "JSON list of [word, start, end] in seconds" in help_text
+
+
+class _OnsetEncoder(torch.nn.Module):
+    """The trained encoder's frames and lengths, each frame's output replaced by 1.0 where sound starts, else 0.0.
+
+    A filterbank frame holds sound when any bin is above the file's floor (digital silence gives every bin its
+    minimum, exactly); an encoder frame (the 4 filterbank frames the fixture's ``tr`` sub-sampler stacks) holds
+    sound when one of its frames does, and sound starts at the first frame of each run. An acoustic model that
+    knows where speech is, and nothing else.
+    """
+
+    stride = 4
+
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, features, lengths):
+        out = self.encoder(features, lengths)
+        onsets = torch.zeros_like(out["encoder_out"][..., :1])
+        for b, (n, m) in enumerate(zip(lengths.tolist(), out["encoder_lengths"].tolist())):
+            assert m == -(-n // self.stride)  # the real sub-sampler's frames
+            x = features[b, :n]
+            sound = torch.zeros(m * self.stride, dtype=torch.bool)
+            sound[:n] = (x > x.amin(0) + 1e-3).any(-1)[:m * self.stride]
+            voiced = sound.reshape(m, self.stride).any(-1)
+            onsets[b, :m, 0] = (voiced & ~torch.cat([voiced.new_zeros(1), voiced[:-1]])).float()
+        return dict(out, encoder_out=onsets)
+
+
+class _OnsetJoiner(torch.nn.Module):
+    """Emits ``unit`` at an onset frame (with one label per frame, once), blank at every other frame."""
+
+    def __init__(self, vocabulary: int, blank: int, unit: int):
+        super().__init__()
+        self.vocabulary, self.blank, self.unit = vocabulary, blank, unit
+
+    def encoder_proj(self, encoder_out):
+        return encoder_out
+
+    def predictor_proj(self, predictor_out):
+        return predictor_out[..., :1] * 0
+
+    def step(self, encoder_proj, predictor_proj):
+        logits = torch.full((encoder_proj.shape[0], self.vocabulary), -30.0)
+        logits[:, self.blank] = 0.0
+        logits[:, self.unit] = 20.0 * encoder_proj[:, 0] - 10.0
+        return logits
+
+
+def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
+    """A file = utterance A + 2.0 s of digital silence + utterance B (16 kHz).
+
+    The fixture's model (2 epochs on 12 utterances) cannot place words: with the default search it emits nothing on
+    these files, with a blank penalty it emits units at every frame, the silence included (printed below). So the
+    timing chain is checked with its encoder's and joiner's outputs replaced by an oracle that emits one word at
+    each onset of sound (``_OnsetEncoder``): the features, utterance CMVN, the sub-sampler's frame counts, padded
+    batches sorted by length, greedy search, the generator's alignment, units -> words -> seconds all run for real.
+    Asserted: no word starts in the silence, and the first word after A starts at most 55 ms before B's first
+    non-zero sample (the first filterbank frame to reach it starts up to 25 ms before it, and its encoder frame up to
+    30 ms before that) and not after it; A's words start as in A alone; B's first word as in B alone, shifted by A
+    and the silence (to within one 40 ms frame: the encoder frames fall on other samples); and in the same batch
+    (four files of different lengths), B after 0.7 s of silence starts within the same 55 ms of its first sound. The
+    trained model's words on the joined file are then checked for what holds whatever it emits: inside the audio,
+    in order, spelling the text.
+    """
+    _, checkpoint, files = trained
+    rate, silence = 16000, 2.0
+    (a, rate_a), (b, rate_b) = sf.read(files[0], dtype="float32"), sf.read(files[1], dtype="float32")
+    assert rate_a == rate_b == rate and a.ndim == b.ndim == 1
+    joined, late = tmp_path / "a_silence_b.wav", tmp_path / "silence_b.wav"
+    sf.write(joined, np.concatenate([a, np.zeros(int(silence * rate), np.float32), b]), rate)
+    sf.write(late, np.concatenate([np.zeros(int(0.7 * rate), np.float32), b]), rate)  # B after 0.7 s, alone
+    a_end, b_lead = len(a) / rate, np.flatnonzero(b)[0] / rate  # B's first non-zero sample, in B
+    b_sound = a_end + silence + b_lead  # and in the joined file
+
+    transcriber = Transcriber(checkpoint, device="cpu", beam=1, max_symbols_per_frame=1)
+    unit = next(i for i, piece in enumerate(transcriber.dictionary.symbols) if piece.startswith("\u2581")
+                and len(piece) > 1)
+    model = transcriber.model
+    model.encoder = _OnsetEncoder(model.encoder)
+    model.joiner = _OnsetJoiner(len(transcriber.dictionary), model.blank, unit)
+    timed = transcriber.transcribe([files[0], joined, late, files[1]], timestamps=True)  # one batch, reordered
+    a_words, joined_words, late_words, b_words = (t.words for t in timed)
+    print(f"\nA ends at {a_end:.3f} s, B's sound starts at {b_sound:.3f} s; oracle words (start, end):")
+    print([(round(w.start, 3), round(w.end, 3)) for w in joined_words])
+    assert a_words and b_words
+    after_a = [w for w in joined_words if w.start >= a_end]
+    assert after_a and b_sound - 0.055 <= after_a[0].start <= b_sound, (after_a, b_sound)
+    assert [w.start for w in joined_words if w.start < a_end] == [w.start for w in a_words]
+    assert after_a[0].start == pytest.approx(b_words[0].start + a_end + silence, abs=0.04 + 1e-9)
+    assert 0.7 + b_lead - 0.055 <= late_words[0].start <= 0.7 + b_lead
+    duration = sf.info(str(joined)).duration
+    _check_timed(timed[1], duration, transcriber.frame_seconds)
+
+    searches = {"default search": {}, "the tests' search (blank penalty 20)": dict(SEARCH, max_tokens=None)}
+    for name, search in searches.items():
+        timed = Transcriber(checkpoint, device="cpu", **search).transcribe([joined], timestamps=True)[0]
+        print(f"trained model, {name}: {timed.text!r}\n{timed_words_json(timed.words)}")
+        _check_timed(timed, duration, 0.04)
