@@ -91,12 +91,20 @@ def log_mel_filterbank(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
                        sample_frequency=sample_rate).numpy()
 
 
-def filterbank_features(path: Path | str) -> tuple[np.ndarray, str | None]:
-    """Audio file -> (``T x 80`` float32 log-Mel filterbanks at 16 kHz, what was converted to get there or None).
+def read_16k_mono(path: Path | str) -> tuple[np.ndarray, str | None]:
+    """Audio file -> (float32 mono samples at 16 kHz, what was converted to get there or None).
 
     Raises ``AudioError`` naming the file if it is missing, unreadable, or shorter than one 25 ms window.
     """
     waveform, sample_rate = _read(path, lambda name: sf.read(name, dtype="float32", always_2d=True))
     _frames_or_error(path, waveform.shape[0], sample_rate)
-    mono, conversion = to_16k_mono(waveform, sample_rate)
+    return to_16k_mono(waveform, sample_rate)
+
+
+def filterbank_features(path: Path | str) -> tuple[np.ndarray, str | None]:
+    """Audio file -> (``T x 80`` float32 log-Mel filterbanks at 16 kHz, what was converted to get there or None).
+
+    Raises ``AudioError`` naming the file if it is missing, unreadable, or shorter than one 25 ms window.
+    """
+    mono, conversion = read_16k_mono(path)
     return log_mel_filterbank(mono, SAMPLE_RATE).astype(np.float32, copy=False), conversion

@@ -3,7 +3,9 @@
     ssm-transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt a.flac b.wav ...
 
 (the installed command; ``python -m ssm_fairseq.transcribe`` is the same) prints ``PATH<TAB>transcript`` for every
-file, in the order given. With ``--timestamps`` each line gets a third column, the transcript's words with their
+file, in the order given. ``--stream --chunk-ms 320`` decodes each file as a live stream instead, with a causal
+model (``ssm_fairseq.streaming.transcriber``): the partial transcript goes to stderr whenever it changes
+(``PATH [seconds] text``) and the same final lines to stdout. With ``--timestamps`` each line gets a third column, the transcript's words with their
 times as a JSON list of ``[word, start, end]`` (seconds from the start of the file, rounded to 0.01)::
 
     a.flac<TAB>HELLO WORLD<TAB>[["HELLO", 0.32, 0.6], ["WORLD", 0.64, 1.04]]
@@ -401,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="add a third column: the words with their times, a JSON list of [word, start, end] in "
                              "seconds (rounded to 0.01), from the encoder frames at which the search emitted each "
                              "word's first and last units (when the model decided, which may lag the sound)")
+    parser.add_argument("--stream", action="store_true",
+                        help="decode each file as a live stream, chunk by chunk (a causal model trained on global "
+                             "CMVN, e.g. --arch mssm_transducer_streaming): the partial transcript goes to stderr "
+                             "whenever it changes, the final lines to stdout as without --stream")
+    parser.add_argument("--chunk-ms", type=int, default=None,
+                        help="with --stream: milliseconds of audio per chunk (default 320)")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--fp16", action="store_const", const="float16", dest="precision", default="float32",
@@ -412,8 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     if unprintable:
         parser.error(f"{unprintable[0]!r}: a file name holding a tab or a line break cannot be printed as "
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.transcribe.transcribe from Python)")
+    if args.chunk_ms is not None and not args.stream:
+        parser.error("--chunk-ms sets the chunks of --stream; add --stream")
+    if args.chunk_ms is not None and args.chunk_ms < 1:
+        parser.error(f"--chunk-ms must be at least 1, got {args.chunk_ms}")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
+    if args.stream:
+        return _stream_main(args)
     try:
         transcriber = Transcriber(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None,
                                   beam=args.beam, search=args.search, max_symbols_per_frame=args.max_symbols_per_frame,
@@ -431,8 +445,47 @@ def main(argv: list[str] | None = None) -> int:
         logger.error(str(error))
         return 1
     for path, text in zip(args.audio, texts):
-        print(f"{path}\t{text.text}\t{timed_words_json(text.words)}" if args.timestamps else f"{path}\t{text}")
+        _print_line(path, text, args.timestamps)
     logger.info(f"transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _print_line(path: str, text: str | TimedTranscript, timestamps: bool) -> None:
+    print(f"{path}\t{text.text}\t{timed_words_json(text.words)}" if timestamps else f"{path}\t{text}", flush=True)
+
+
+def _stream_main(args: argparse.Namespace) -> int:
+    """``--stream``: every file checked first, then streamed in ``--chunk-ms`` chunks, one after the other."""
+    from .streaming.transcriber import StreamingTranscriber  # it builds on this module
+
+    problems = []
+    for path in args.audio:
+        try:
+            audio_frames(path)
+        except AudioError as error:
+            problems.append(str(error))
+    for problem in problems:
+        logger.error(problem)
+    if problems:
+        logger.error(f"{len(problems)} of {len(args.audio)} audio files cannot be transcribed (listed above)")
+        return 1
+    chunk_ms = args.chunk_ms or 320
+    try:
+        stream = StreamingTranscriber(args.checkpoint, timestamps=args.timestamps, data_dir=args.data_dir,
+                                      device="cpu" if args.cpu else None, beam=args.beam, search=args.search,
+                                      max_symbols_per_frame=args.max_symbols_per_frame, lenpen=args.lenpen,
+                                      blank_penalty=args.blank_penalty, precision=args.precision,
+                                      lm_path=args.lm_path, lm_weight=args.lm_weight, lm_eos=args.lm_eos)
+        start = time.perf_counter()
+        for path in args.audio:
+            def show(seconds: float, text: str, path: str = path) -> None:
+                print(f"{path} [{seconds:.2f} s] {text}", file=sys.stderr, flush=True)
+            result = stream.stream_file(path, chunk_ms, show)
+            _print_line(path, result if args.timestamps else result.text, args.timestamps)
+    except (FileNotFoundError, ValueError) as error:  # a missing data file, a model or data that cannot stream
+        logger.error(str(error))
+        return 1
+    logger.info(f"streamed {len(args.audio)} files in {chunk_ms} ms chunks in {time.perf_counter() - start:.1f} s")
     return 0
 
 

@@ -13,8 +13,9 @@
 # fairseq-preprocess with the data's dict.txt, 7 fairseq-train --task language_modeling --arch LM_ARCH, 8 stage 4's
 # search fused with the LM (fairseq-generate --lm-path --lm-weight) at each weight of lm_weights, and a WER table.
 #
-# --conf: conf/librispeech.sh (LibriSpeech 960 h, the default) or conf/mini.sh (the shipped mini corpus; what
-# `make demo` runs). Environment: WORK_DIR (default exp/librispeech or exp/librispeech_mini), TRAIN_ARGS and
+# --conf: conf/librispeech.sh (LibriSpeech 960 h, the default), conf/mini.sh (the shipped mini corpus; what
+# `make demo` runs) or conf/mini_streaming.sh (the mini corpus, a causal model that streams). Environment:
+# WORK_DIR (default exp/librispeech, or exp/librispeech_<conf name> for the mini confs), TRAIN_ARGS and
 # DECODE_ARGS (extra fairseq-train / fairseq-generate arguments), PYTHON_BIN (directory of python and the
 # fairseq-* commands; default .venv/bin if present), SEED (fairseq-train --seed, default 1), DATA_DIR (prepared
 # data; default WORK_DIR/data, so that several runs can share one preparation), and any variable of the conf
@@ -37,7 +38,8 @@ source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settin
 source "$conf"
 arch="${arch_override:-$arch}"
 default_work="exp/librispeech"
-[[ "$(basename "$conf")" == mini.sh ]] && default_work="exp/librispeech_mini"
+# the mini confs each get their own directory (their data differ: mini_streaming.sh prepares with global CMVN)
+[[ "$(basename "$conf")" == mini*.sh ]] && default_work="exp/librispeech_$(basename "$conf" .sh)"
 work_dir="${WORK_DIR:-$default_work}"
 data_dir="${DATA_DIR:-$work_dir/data}"
 data_dir="$(mkdir -p "$data_dir" && CDPATH= cd -- "$data_dir" && pwd)"  # absolute: checkpoints name it

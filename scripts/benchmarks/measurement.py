@@ -77,6 +77,23 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
     return {"seconds": min(times)}
 
 
+def peak_memory_mib(run: Callable[[], object], device: str) -> float:
+    """Peak memory of one call of ``run`` above what was in use before it, in MiB, in this process (CUDA:
+    ``max_memory_allocated``; CPU: peak resident set growth, which counts only memory the allocator takes from the
+    system during the call, so it is exact for a process that has not yet reached that peak)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    base = _reset_peak_rss()
+    run()
+    return (_status_kib("VmHWM") - base) / 2**10
+
+
 def child(script: str, args: list[str], env: dict | None = None) -> dict:
     """Run ``script ARGS`` in a fresh interpreter and return the JSON of its last output line."""
     out = subprocess.run([sys.executable, script, *args], check=True, capture_output=True, text=True, env=env).stdout

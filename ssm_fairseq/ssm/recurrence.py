@@ -107,7 +107,8 @@ class DiagonalRecurrence(Recurrence):
                 lag = lag.unsqueeze(1) - lag  # k - j
                 K = K[..., lag.clamp(min=0)] * (lag >= 0).to(K.dtype)
             t = torch.arange(L, dtype=K.dtype, device=K.device)
-            cache[L] = K, torch.exp(self.log_dA.unsqueeze(-1) * t)
+            powers = torch.exp(self.log_dA.unsqueeze(-1) * t)
+            cache[L] = K, powers if self.dA.is_complex() else powers.real
         return cache[L]
 
     def _chunk_parallel(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
@@ -118,7 +119,7 @@ class DiagonalRecurrence(Recurrence):
         else:
             y = fft_conv(u, K, self.D)
         # response to the initial state: Re(sum_n dC_n dA_n^(k+1) x_n)
-        y = y + torch.einsum("chn,bhn,hnl->bchl", self.dC, self.dA * state, powers.to(self.dC.dtype)).real
+        y = y + torch.einsum("chn,bhn,hnl->bchl", self.dC, self.dA * state, powers).real
         # the last state: dA^L x + sum_j dA^(L-1-j) dB u_j
         inputs = torch.einsum("bhl,hnl->bhn", u.to(powers.dtype), powers.flip(-1) * self.dB.unsqueeze(-1))
         new_state = self.dA * powers[..., -1] * state + inputs

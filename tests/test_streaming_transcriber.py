@@ -1,0 +1,112 @@
+"""StreamingTranscriber and ssm-transcribe --stream: a causal model trained on global CMVN transcribes the same
+streamed, in any chunks, as offline; models and data that need the whole utterance are refused.
+
+A tiny causal model (``--causal-encoder``) is trained for two epochs on 12 utterances of the shipped mini corpus
+prepared with ``--cmvn global``, as ``conf/mini_streaming.sh`` prepares and trains.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+import torch
+
+from ssm_fairseq.streaming.transcriber import StreamingTranscriber
+from ssm_fairseq.transcribe import Transcriber
+from ssm_fairseq.transcribe import main as transcribe_main
+
+from cli import BIN, run_ok
+from test_librispeech_recipe import TINY_MODEL
+from test_transcribe import SINGLE_THREAD, _copy_utterances, _script
+
+pytestmark = pytest.mark.slow
+
+# A blank penalty far above the logits' spread makes the tiny model emit labels, so no transcript compared is empty.
+SEARCHES = {"greedy": {"beam": 1, "max_symbols_per_frame": 2, "blank_penalty": 20.0},
+            "beam": {"beam": 3, "max_symbols_per_frame": 2, "blank_penalty": 20.0}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def causal(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
+    """(data directory, checkpoint of a causal model trained on global CMVN, 4 test-mini files)."""
+    root = tmp_path_factory.mktemp("streaming")
+    corpus, data, checkpoints = root / "LibriSpeech", root / "data", root / "checkpoints"
+    _copy_utterances("train-mini", 2, 6, corpus)
+    _copy_utterances("test-mini", 1, 4, corpus)
+    assert _script("prepare_librispeech").main([
+        "--librispeech-root", str(corpus), "--out", str(data), "--subsets", "train-mini,test-mini",
+        "--vocab-size", "40", "--no-specaugment", "--cmvn", "global", "--jobs", "1"]) == 0
+    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--train-subset", "train-mini", "--arch", "mssm_transducer_streaming", *TINY_MODEL.split(),
+            "--criterion", "transducer", "--optimizer", "adam", "--lr", "3e-3", "--max-epoch", "2",
+            "--batch-size", "4", "--disable-validation", "--save-dir", str(checkpoints), "--num-workers", "0",
+            "--seed", "1", "--cpu"], env=SINGLE_THREAD)
+    return data, checkpoints / "checkpoint_last.pt", sorted(corpus.glob("test-mini/*/*/*.flac"))
+
+
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_streamed_in_any_chunks_equals_offline(causal, search):
+    data, checkpoint, files = causal
+    stream = StreamingTranscriber(checkpoint, device="cpu", timestamps=True, **SEARCHES[search])
+    offline = stream.offline.transcribe(files, timestamps=True)
+    assert all(t.text for t in offline)
+    for chunk_ms in (10, 320, 1000):  # 10 ms: less than a filterbank window
+        partials = []
+        streamed = [stream.stream_file(path, chunk_ms, lambda seconds, text: partials.append((seconds, text)))
+                    for path in files]
+        assert [t.text for t in streamed] == [t.text for t in offline]
+        for s, o in zip(streamed, offline):
+            assert [w.word for w in s.words] == [w.word for w in o.words]
+            assert [t for w in s.words for t in w[1:]] == pytest.approx([t for w in o.words for t in w[1:]])
+        assert partials and all(text for _, text in partials)  # partial results appeared as the audio went on
+
+
+def test_partial_results_grow_as_the_audio_arrives(causal):
+    data, checkpoint, files = causal
+    stream = StreamingTranscriber(checkpoint, device="cpu", **SEARCHES["greedy"])
+    samples, rate = sf.read(str(files[0]), dtype="float32")
+    assert rate == 16000
+    partials = [stream.accept_waveform(samples[start:start + 2560]) for start in range(0, len(samples), 2560)]
+    final = stream.finish().text
+    assert partials[0] == "" or final.startswith(partials[0].split()[0])
+    assert [len(p.split()) for p in partials] == sorted(len(p.split()) for p in partials)  # greedy never retracts
+    assert final.startswith(partials[-1].rsplit(" ", 1)[0])
+    # finish() starts a new stream: the same audio again gives the same transcript
+    stream.accept_waveform(samples)
+    assert stream.finish().text == final
+
+
+def test_cli_stream_prints_partials_to_stderr_and_the_offline_lines(causal, capsys):
+    data, checkpoint, files = causal
+    options = ["--checkpoint", str(checkpoint), "--beam", "1", "--max-symbols-per-frame", "2", "--blank-penalty", "20",
+               "--cpu"]
+    assert transcribe_main([*map(str, files), *options]) == 0
+    offline = capsys.readouterr().out
+    assert transcribe_main([*map(str, files), *options, "--stream", "--chunk-ms", "160"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == offline
+    assert f"{files[0]} [" in captured.err  # partial results as they change, with their audio time
+
+
+def test_models_and_data_that_need_the_whole_utterance_are_refused(causal, tmp_path):
+    data, checkpoint, files = causal
+    utterance_cmvn = tmp_path / "data"
+    shutil.copytree(data, utterance_cmvn)
+    config = utterance_cmvn / "config.yaml"
+    config.write_text(config.read_text().replace("global_cmvn", "utterance_cmvn"))
+    with pytest.raises(ValueError, match="UtteranceCMVN, which needs the whole utterance"):
+        StreamingTranscriber(checkpoint, data_dir=utterance_cmvn, device="cpu")
+    assert transcribe_main([str(files[0]), "--checkpoint", str(checkpoint), "--data-dir", str(utterance_cmvn),
+                            "--stream", "--cpu"]) == 1
+    with pytest.raises(SystemExit):  # --chunk-ms without --stream: a usage error
+        transcribe_main([str(files[0]), "--checkpoint", str(checkpoint), "--chunk-ms", "160"])
