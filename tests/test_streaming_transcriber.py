@@ -17,9 +17,7 @@ from ssm_fairseq.streaming.transcriber import StreamingTranscriber
 from ssm_fairseq.transcribe import Transcriber
 from ssm_fairseq.transcribe import main as transcribe_main
 
-from cli import BIN, run_ok
-from test_librispeech_recipe import TINY_MODEL
-from test_transcribe import SINGLE_THREAD, _copy_utterances, _script
+from test_transcribe import train_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -40,17 +38,8 @@ def _one_thread():
 def causal(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
     """(data directory, checkpoint of a causal model trained on global CMVN, 4 test-mini files)."""
     root = tmp_path_factory.mktemp("streaming")
-    corpus, data, checkpoints = root / "LibriSpeech", root / "data", root / "checkpoints"
-    _copy_utterances("train-mini", 2, 6, corpus)
-    _copy_utterances("test-mini", 1, 4, corpus)
-    assert _script("prepare_librispeech").main([
-        "--librispeech-root", str(corpus), "--out", str(data), "--subsets", "train-mini,test-mini",
-        "--vocab-size", "40", "--no-specaugment", "--cmvn", "global", "--jobs", "1"]) == 0
-    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
-            "--train-subset", "train-mini", "--arch", "mssm_transducer_streaming", *TINY_MODEL.split(),
-            "--criterion", "transducer", "--optimizer", "adam", "--lr", "3e-3", "--max-epoch", "2",
-            "--batch-size", "4", "--disable-validation", "--save-dir", str(checkpoints), "--num-workers", "0",
-            "--seed", "1", "--cpu"], env=SINGLE_THREAD)
+    corpus, data = root / "LibriSpeech", root / "data"
+    checkpoints = train_tiny(root, 4, "mssm_transducer_streaming", ("--cmvn", "global"))
     return data, checkpoints / "checkpoint_last.pt", sorted(corpus.glob("test-mini/*/*/*.flac"))
 
 

@@ -70,21 +70,28 @@ def _copy_utterances(subset: str, chapters: int, per_chapter: int, corpus: Path)
             shutil.copy(source / f"{line.split()[0]}.flac", target)
 
 
+def train_tiny(root: Path, test_files: int, arch: str = "mssm_transducer", prepare_args: tuple = ()) -> Path:
+    """Prepare 12 train-mini and ``test_files`` test-mini utterances under ``root`` (``root/LibriSpeech``, then
+    ``root/data``) and train a tiny ``arch`` on them for two epochs; returns the checkpoint directory."""
+    corpus, data, checkpoints = root / "LibriSpeech", root / "data", root / "checkpoints"
+    _copy_utterances("train-mini", 2, 6, corpus)
+    _copy_utterances("test-mini", 1, test_files, corpus)
+    assert _script("prepare_librispeech").main([
+        "--librispeech-root", str(corpus), "--out", str(data), "--subsets", "train-mini,test-mini",
+        "--vocab-size", "40", "--no-specaugment", "--jobs", "1", *prepare_args]) == 0
+    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
+            "--train-subset", "train-mini", "--arch", arch, *TINY_MODEL.split(), "--criterion",
+            "transducer", "--optimizer", "adam", "--lr", "3e-3", "--max-epoch", "2", "--batch-size", "4",
+            "--disable-validation", "--save-dir", str(checkpoints), "--num-workers", "0", "--seed", "1", "--cpu"],
+           env=SINGLE_THREAD)
+    return checkpoints
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
     """(data directory, averaged checkpoint, the test-mini files in manifest order)."""
     root = tmp_path_factory.mktemp("transcribe")
-    corpus, data, checkpoints = root / "LibriSpeech", root / "data", root / "checkpoints"
-    _copy_utterances("train-mini", 2, 6, corpus)
-    _copy_utterances("test-mini", 1, 5, corpus)
-    assert _script("prepare_librispeech").main([
-        "--librispeech-root", str(corpus), "--out", str(data), "--subsets", "train-mini,test-mini",
-        "--vocab-size", "40", "--no-specaugment", "--jobs", "1"]) == 0
-    run_ok([str(BIN / "fairseq-train"), str(data), "--user-dir", "ssm_fairseq", "--task", "speech_transducer",
-            "--train-subset", "train-mini", "--arch", "mssm_transducer", *TINY_MODEL.split(), "--criterion",
-            "transducer", "--optimizer", "adam", "--lr", "3e-3", "--max-epoch", "2", "--batch-size", "4",
-            "--disable-validation", "--save-dir", str(checkpoints), "--num-workers", "0", "--seed", "1", "--cpu"],
-           env=SINGLE_THREAD)
+    corpus, data, checkpoints = root / "LibriSpeech", root / "data", train_tiny(root, 5)
     assert _script("average_checkpoints").main(["--checkpoint-dir", str(checkpoints), "--last", "2", "--output",
                                                 str(checkpoints / "checkpoint_avg2.pt")]) == 0
     rows = (data / "test-mini.tsv").read_text().splitlines()[1:]
