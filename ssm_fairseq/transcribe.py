@@ -406,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", action="store_true",
                         help="decode each file as a live stream, chunk by chunk (a causal model trained on global "
                              "CMVN, e.g. --arch mssm_transducer_streaming): the partial transcript goes to stderr "
-                             "whenever it changes, the final lines to stdout as without --stream")
+                             "whenever it changes, the final lines to stdout as without --stream; no length limit, "
+                             "and --max-tokens / --batch-size do not apply (one file at a time)")
     parser.add_argument("--chunk-ms", type=int, default=None,
                         help="with --stream: milliseconds of audio per chunk (default 320)")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")

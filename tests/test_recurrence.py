@@ -3,6 +3,7 @@ import torch
 
 from kernel_cases import KERNEL_CASES, make_kernel
 from ssm_fairseq.ssm import fft_conv
+from ssm_fairseq.ssm.recurrence import DiagonalRecurrence, Recurrence
 
 TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4}
 # Kernels whose definition depends on the length L they are computed for: S4's kernel is built for l_max (its C is
@@ -43,11 +44,13 @@ def test_step_mode_equals_convolution(name, dtype):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", sorted(KERNEL_CASES))
 def test_chunks_continue_from_state(name, dtype):
-    kernel, u, expected, rec = kernel_input_and_output(name, dtype, 3, 60)
+    kernel, u, expected, rec = kernel_input_and_output(name, dtype, 3, 160)
     with torch.no_grad():
         state = rec.initial_state(3)
         pieces = []
-        for piece in u.split([25, 1, 34], dim=-1):
+        # short pieces multiply by the Toeplitz matrix, the 100-step one goes through the FFT; 25 twice: the kept
+        # matrices of a length are reused
+        for piece in u.split([25, 1, 100, 25, 9], dim=-1):
             y, state = rec.chunk(piece, state)
             pieces.append(y)
         # a step after the chunks equals the convolution of the longer sequence
@@ -58,6 +61,34 @@ def test_chunks_continue_from_state(name, dtype):
     if name not in LENGTH_DEPENDENT:
         longer = convolution_output(kernel, torch.cat([u, extra.unsqueeze(-1)], -1))[..., -1]
         assert (y_next - longer).abs().max() <= tol
+
+
+def test_matrices_kept_without_autograd_do_not_cut_gradients():
+    """A chunk under autograd after one without (which keeps its matrices) gets the gradients of a recurrence that
+    never kept any."""
+    kernel = make_kernel("mssm", 8).double()
+    u = torch.randn(2, kernel.channels, 12, dtype=torch.float64)
+    gradients = []
+    for warm in (False, True):
+        rec = kernel.recurrence(1)
+        if warm:
+            with torch.no_grad():
+                rec.chunk(u, rec.initial_state(2))
+        kernel.zero_grad()
+        rec.chunk(u, rec.initial_state(2))[0].square().sum().backward()
+        gradients.append(kernel.C.grad.clone())
+    assert gradients[0].abs().sum() > 0 and torch.allclose(gradients[0], gradients[1])
+
+
+def test_a_zero_eigenvalue_streams_as_it_convolves():
+    """A real base of 0 (bilinear 1 + dt mu / 2 rounding to 0): 0^0 = 1 in chunks too, as in convolution mode."""
+    dA = torch.tensor([[0.0, 0.5, -0.7]], dtype=torch.float64)
+    ones = dict(dtype=torch.float64)
+    rec = DiagonalRecurrence(dA, torch.ones(1, 3, **ones), torch.ones(1, 1, 3, **ones), torch.zeros(1, 1, **ones))
+    u = torch.randn(1, 1, 5, dtype=torch.float64)
+    y_chunk, _ = rec.chunk(u, rec.initial_state(1))
+    y_steps, _ = Recurrence.chunk(rec, u, rec.initial_state(1))  # the step-by-step definition
+    assert torch.isfinite(y_chunk).all() and torch.allclose(y_chunk, y_steps, atol=1e-12)
 
 
 def test_every_length_dependent_kernel_is_a_case():

@@ -120,5 +120,22 @@ def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk):
         partial = streamed.partial()[0]
         beams = streamed.finish(nbest=3)[0]
         assert [h.tokens for h in beams] == [h.tokens for h in offline_beam]
+        assert [h.frames for h in beams] == [h.frames for h in offline_beam]
         assert [h.score for h in beams] == pytest.approx([h.score for h in offline_beam], abs=1e-6)
         assert partial.score == max(h.score for h in beams)
+
+
+def test_searches_number_each_utterances_frames_and_finish_once():
+    """A batch of streams of different lengths: each utterance's frames are numbered by its own frames, and a
+    finished search takes no more frames."""
+    model = _causal_model()
+    encoder_out = torch.randn(2, 9, 32, dtype=torch.float64)
+    for search in (GreedySearch(model, 2, encoder_out.device, 3, (1, 2, 3), blank_penalty=20.0),
+                   BeamSearch(model, 2, encoder_out.device, 2, 3, (1, 2, 3), blank_penalty=20.0)):
+        search.advance(encoder_out[:, :4], torch.tensor([4, 2]))  # utterance 1 gets two frames, then the rest
+        search.advance(encoder_out[:, 4:], torch.tensor([5, 5]))
+        frames = [h.frames for h in search.partial()]
+        assert max(frames[1]) == 6 and all(f < 7 for f in frames[1]) and max(frames[0]) == 8
+        search.finish()
+        with pytest.raises(ValueError, match="the search has finished"):
+            search.advance(encoder_out)

@@ -89,8 +89,8 @@ def main() -> None:
     parser.add_argument("--state-size", type=int, default=16, help="MSSM state size")
     add_measurement_arguments(parser, repeats=2)
     args = parser.parse_args()
-    if args.chunk_ms % 40 or args.minutes < 1:
-        parser.error("--chunk-ms must be a multiple of 40 (4 frames of 10 ms: one encoder frame), --minutes >= 1")
+    if args.chunk_ms % 40 or args.minutes < 2:
+        parser.error("--chunk-ms must be a multiple of 40 (4 frames of 10 ms: one encoder frame), --minutes >= 2")
     torch.set_num_threads(args.threads)
     print(f"# One {args.chunk_ms} ms chunk of a {args.minutes}-minute stream: causal encoders, {args.layers} layers, "
           f"width {args.width}, tr sub-sampler; device {args.device}, {args.threads} threads, torch "

@@ -9,8 +9,9 @@ For each subset (its manifest in the checkpoint's data directory gives the utter
 the audio is read from the LibriSpeech-layout corpus), every utterance is transcribed offline (``Transcriber``:
 the whole utterance at once) and streamed (``StreamingTranscriber``) in chunks of each ``--chunk-ms``, fed as
 fast as they are decoded. The table gives the WER of each (words as ``fairseq-generate --scoring wer`` counts
-them), how many streamed transcripts differ from the offline ones (0 is what the causal model promises), the
-real-time factor (compute seconds per second of audio) and the latency of a chunk: the compute time from its
+them), how many streamed transcripts differ from the offline ones (0 unless float rounding flips a near tie), the
+real-time factor (compute seconds per second of audio: offline's includes reading the audio files, streaming's
+starts from samples in memory; both include the filterbanks) and the latency of a chunk: the compute time from its
 arrival to its partial transcript (mean, 95th percentile and max over all chunks). A live stream adds the chunk's
 own duration (its audio must have arrived) and up to one sub-sampling group (30 ms) and 15 ms of filterbank window
 before its last frames are decoded. Run alone, on the threads given (``--threads``, default 2).
@@ -23,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-import editdistance
 import numpy as np
 import soundfile as sf
 import torch
 
+from decoding import word_error_rate
 from ssm_fairseq.audio_features import SAMPLE_RATE, to_16k_mono
 from ssm_fairseq.streaming.transcriber import StreamingTranscriber
 
@@ -46,12 +47,6 @@ def utterances(data_dir: Path, corpus_root: Path, subset: str) -> list[tuple[Pat
     if not found:
         sys.exit(f"{data_dir / f'{subset}.tsv'}: no utterances")
     return found
-
-
-def word_errors(hypotheses: list[str], references: list[str]) -> float:
-    """WER in percent: word edit distance over reference words, as fairseq's wer scorer counts."""
-    errors = sum(editdistance.eval(h.split(), r.split()) for h, r in zip(hypotheses, references))
-    return 100.0 * errors / sum(len(r.split()) for r in references)
 
 
 def stream(transcriber: StreamingTranscriber, audio: np.ndarray, chunk_samples: int) -> tuple[str, list[float]]:
@@ -91,7 +86,7 @@ def main() -> None:
         begin = time.perf_counter()
         offline = transcriber.offline.transcribe([path for path, _ in items])
         rtf = (time.perf_counter() - begin) / seconds
-        print(f"| {subset} | offline (whole utterance) | {word_errors(offline, references):.2f} | | {rtf:.4f} | |")
+        print(f"| {subset} | offline (whole utterance) | {word_error_rate(list(zip(references, offline))):.2f} | | {rtf:.4f} | |")
         for chunk_ms in args.chunk_ms:
             texts, latencies = [], []
             for samples in audio:
@@ -100,7 +95,7 @@ def main() -> None:
                 latencies += chunk_latencies
             ms = 1000 * np.array(latencies)
             differing = sum(t != o for t, o in zip(texts, offline))
-            print(f"| {subset} | streaming, {chunk_ms} ms chunks | {word_errors(texts, references):.2f} | "
+            print(f"| {subset} | streaming, {chunk_ms} ms chunks | {word_error_rate(list(zip(references, texts))):.2f} | "
                   f"{differing} of {len(texts)} | {sum(latencies) / seconds:.4f} | "
                   f"{ms.mean():.1f} / {np.percentile(ms, 95):.1f} / {ms.max():.1f} |")
 

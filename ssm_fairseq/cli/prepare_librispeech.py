@@ -371,7 +371,9 @@ def check_cmvn(out: Path, cmvn: str, overwrite: bool) -> None:
 
 def global_cmvn_stats(frames: int, sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``frames`` and the ``2 x 80`` float64 sums of their values and squares -> (mean, std), ``80`` float32 each,
-    as fairseq's ``cal_gcmvn_stats`` computes them (variance floored at 1e-8)."""
+    as fairseq's ``cal_gcmvn_stats`` computes them (variance floored at 1e-8). No frames: ``ValueError``."""
+    if frames < 1:
+        raise ValueError("global CMVN: the training subsets have no frames (every utterance was left out)")
     mean = sums[0] / frames
     variance = sums[1] / frames - mean ** 2
     std = np.sqrt(np.maximum(variance, GLOBAL_CMVN_VARIANCE_FLOOR))

@@ -100,12 +100,16 @@ class BeamSearch:
         self.bank_proj, self.bank_state = start_predictor(model, 1, device)
         lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
         self.beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
-        self.frames_done = 0  # encoder frames searched so far: the next chunk's first frame number
+        self.frames_done = [0] * batch  # each utterance's encoder frames searched so far
+        self.finished = False
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
         """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
-        utterance has (default all ``n``). Frame numbers in the hypotheses count from the first call."""
+        utterance has (default all ``n``). Frame numbers in the hypotheses count each utterance's frames from the
+        first call."""
+        if self.finished:
+            raise ValueError("the search has finished: start a new one for new utterances")
         model, fusion, beams, device = self.model, self.fusion, self.beams, encoder_out.device
         batch = len(beams)
         lengths = [encoder_out.shape[1]] * batch if encoder_lengths is None else encoder_lengths.tolist()
@@ -123,9 +127,10 @@ class BeamSearch:
                     log_probs = log_probs + fusion.scores([prefix.lm_row for _, prefix in frontier], device)
                 for (b, prefix), blank_score in zip(frontier, log_probs[:, model.blank].tolist()):
                     _leave_frame(finished[b], prefix, blank_score)
+                frame_numbers = [done + t for done in self.frames_done]
                 frontier, self.bank_proj, self.bank_state = _expand(
-                    model, self.frames_done + t, frontier, log_probs, self.suppress, finished, self.beam,
-                    self.bank_proj, self.bank_state, fusion)
+                    model, frame_numbers, frontier, log_probs, self.suppress, finished, self.beam, self.bank_proj,
+                    self.bank_state, fusion)
                 if not frontier:
                     break
             for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
@@ -134,17 +139,21 @@ class BeamSearch:
                 beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:self.beam]
             self.bank_proj, self.bank_state, beams = _compact(self.bank_proj, self.bank_state, beams, fusion)
         self.beams = beams
-        self.frames_done += encoder_out.shape[1]
+        self.frames_done = [done + n for done, n in zip(self.frames_done, lengths)]
 
     def partial(self) -> list[Hypothesis]:
         """The best hypothesis so far of each utterance, by score (without the LM's ``</s>`` score)."""
         return [_hypothesis(max(prefixes, key=lambda p: p.score)) for prefixes in self.beams]
 
+    @torch.no_grad()
     def finish(self, nbest: int = 1, length_norm: float = 0.0) -> list[list[Hypothesis]]:
         """The utterances end here: for each, its ``nbest`` hypotheses (<= beam), best first, ranked by
         ``score / (len + 1) ** length_norm`` (``ranking_score``; the scores themselves are unchanged)."""
         if not 1 <= nbest <= self.beam:
             raise ValueError(f"need 1 <= nbest <= beam; got beam={self.beam}, nbest={nbest}")
+        if self.finished:
+            raise ValueError("the search has finished already")
+        self.finished = True
         beams = self.beams if self.fusion is None else [_finish(prefixes, self.fusion) for prefixes in self.beams]
         return [[_hypothesis(p) for p in sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens),
                                                                                          length_norm))[:nbest]]
@@ -171,8 +180,9 @@ def beam_search(
     return search.finish(nbest, length_norm)
 
 
-def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion):
-    """Extend the frontier by one label: the ``beam`` best (prefix, label) pairs of each utterance.
+def _expand(model, frame_numbers, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion):
+    """Extend the frontier by one label: the ``beam`` best (prefix, label) pairs of each utterance (whose frame
+    number is ``frame_numbers[utterance]``).
 
     Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
     a score. The new prefixes' predictor states are computed in one batched step and appended to the bank.
@@ -212,7 +222,7 @@ def _expand(model, t, frontier, log_probs, suppress, finished, beam, bank_proj, 
         b, parent = frontier[i]
         new_frontier.append((b, _Prefix(
             parent.tokens + (label,), score, parent.path_score + label_score, parent.token_scores + (label_score,),
-            parent.frames + (t,), first + n, lm_row)))
+            parent.frames + (frame_numbers[b],), first + n, lm_row)))
     return new_frontier, bank_proj, bank_state
 
 

@@ -49,18 +49,21 @@ class GreedySearch:
         self.frames: list[list[int]] = [[] for _ in range(batch)]
         self.scores = torch.zeros(batch, dtype=torch.float64, device=device)
         self.lm_rows = fusion.start(batch) if fusion is not None else None
-        self.frames_done = 0  # encoder frames searched so far: the next chunk's first frame number
+        self.frames_done = [0] * batch  # each utterance's encoder frames searched so far
+        self.finished = False
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
         """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
-        utterance has (default all ``n``). Frame numbers in the hypotheses count from the first call."""
+        utterance has (default all ``n``). Frame numbers in the hypotheses count each utterance's frames from the
+        first call."""
+        if self.finished:
+            raise ValueError("the search has finished: start a new one for new utterances")
         model, fusion, suppress = self.model, self.fusion, self.suppress
         if encoder_lengths is None:
             encoder_lengths = torch.full((encoder_out.shape[0],), encoder_out.shape[1], device=encoder_out.device)
         encoder_proj = model.joiner.encoder_proj(encoder_out)
         for t in range(encoder_out.shape[1]):
-            frame = self.frames_done + t
             rows = (encoder_lengths > t).nonzero().squeeze(1)  # utterances still in frame t
             for _ in range(self.max_symbols_per_frame):
                 if rows.numel() == 0:
@@ -78,13 +81,13 @@ class GreedySearch:
                 for row, label, score in zip(rows.tolist(), labels.tolist(), label_scores.tolist()):
                     self.tokens[row].append(label)
                     self.token_scores[row].append(score)
-                    self.frames[row].append(frame)
+                    self.frames[row].append(self.frames_done[row] + t)
                 if rows.numel():
                     self._emit(rows, labels)
             if fusion is not None:  # only the utterances' current LM states stay
                 renumber = fusion.keep(self.lm_rows)
                 self.lm_rows = [renumber[row] for row in self.lm_rows]
-        self.frames_done += encoder_out.shape[1]
+        self.frames_done = [done + n for done, n in zip(self.frames_done, encoder_lengths.tolist())]
 
     def _emit(self, rows: Tensor, labels: Tensor) -> None:
         """Advance the predictor (and the LM) of ``rows`` by their emitted ``labels``."""
@@ -103,12 +106,16 @@ class GreedySearch:
         return [Hypothesis(list(self.tokens[b]), self.scores[b].item(), list(self.token_scores[b]),
                            list(self.frames[b])) for b in range(len(self.tokens))]
 
+    @torch.no_grad()
     def finish(self, nbest: int = 1, length_norm: float = 0.0) -> list[list[Hypothesis]]:
         """The utterances end here: for each, a list of its one hypothesis (the LM's ``</s>`` score is added).
         ``nbest`` must be 1 and ``length_norm`` does not matter (one hypothesis): the arguments of
         ``BeamSearch.finish``."""
         if nbest != 1:
             raise ValueError(f"greedy search has one hypothesis per utterance, asked for nbest={nbest}")
+        if self.finished:
+            raise ValueError("the search has finished already")
+        self.finished = True
         if self.fusion is not None:
             self.scores += torch.tensor(self.fusion.eos_scores(self.lm_rows), dtype=torch.float64,
                                         device=self.scores.device)

@@ -99,6 +99,9 @@ class SpeechEncoder(nn.Module):
         """
         if not cache:
             self.check_streamable()
+        if cache.get("ended"):
+            raise ValueError("the stream has ended (final=True): start a new one with a new cache")
+        cache["ended"] = final
         x = self.dropout(self.subsampler.step(features, cache.setdefault("subsampler", {}), final))
         if x.shape[1]:
             for i, layer in enumerate(self.layers):

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .fft_conv import check_input, fft_conv
-from .structured_products import CHUNK_ELEMENTS, vandermonde
+from .structured_products import CHUNK_ELEMENTS, real_vandermonde, vandermonde
 
 
 DIRECT_CHUNK = 64  # pieces up to this many steps multiply by the Toeplitz matrix: an FFT of a few taps costs more
@@ -82,8 +82,8 @@ class DiagonalRecurrence(Recurrence):
         """Parallel over time: the convolution plus the decaying response to ``state``, in bounded pieces.
 
         Pieces of at most ``DIRECT_CHUNK`` steps (a stream's chunks) multiply by the lower-triangular Toeplitz
-        matrix of the kernel; longer ones use the FFT. The matrices of each piece length are kept with the
-        recurrence, so a stream of equal chunks computes them once.
+        matrix of the kernel; longer ones use the FFT. Without autograd the matrices of each piece length are kept
+        with the recurrence, so a stream of equal chunks computes them once.
         """
         check_input(u, self.channels)
         B, H, L = u.shape
@@ -96,20 +96,26 @@ class DiagonalRecurrence(Recurrence):
 
     def _piece_matrices(self, L: int) -> tuple[Tensor, Tensor]:
         """For pieces of ``L`` steps: the kernel (``C x H x L``; as a ``C x H x L x L`` Toeplitz matrix up to
-        ``DIRECT_CHUNK`` steps) and the powers ``dA^t``, ``t < L``: ``H x N x L``."""
-        cache = self._pieces
-        if L not in cache:
-            if len(cache) >= 8:  # a few lengths recur in a stream (its chunks and its last one)
-                cache.clear()
+        ``DIRECT_CHUNK`` steps) and the powers ``dA^t``, ``t < L``: ``H x N x L`` (real for a real ``dA``, with
+        ``0^0 = 1``). Kept per length without autograd only (with it, each call builds its own graph)."""
+        caching = not torch.is_grad_enabled()
+        if caching and L in self._pieces:
+            return self._pieces[L]
+        t = torch.arange(L, device=self.dA.device)
+        if self.dA.is_complex():
             K = vandermonde(self.dC * self.dB, self.log_dA, L)
-            if L <= DIRECT_CHUNK:
-                lag = torch.arange(L, device=K.device)
-                lag = lag.unsqueeze(1) - lag  # k - j
-                K = K[..., lag.clamp(min=0)] * (lag >= 0).to(K.dtype)
-            t = torch.arange(L, dtype=K.dtype, device=K.device)
-            powers = torch.exp(self.log_dA.unsqueeze(-1) * t)
-            cache[L] = K, powers if self.dA.is_complex() else powers.real
-        return cache[L]
+            powers = torch.exp(self.log_dA.unsqueeze(-1) * t.to(self.dA.real.dtype))
+        else:  # the arithmetic of the real kernels' convolution mode (MSSM), exact at a zero base
+            K = real_vandermonde(self.dC * self.dB, self.dA, L)
+            powers = self.dA.unsqueeze(-1) ** t.to(self.dA.dtype)
+        if L <= DIRECT_CHUNK:
+            lag = t.unsqueeze(1) - t  # k - j
+            K = K[..., lag.clamp(min=0)] * (lag >= 0).to(K.dtype)
+        if caching:
+            if len(self._pieces) >= 8:  # a few lengths recur in a stream (its chunks and its last one)
+                self._pieces.clear()
+            self._pieces[L] = K, powers
+        return K, powers
 
     def _chunk_parallel(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         L = u.shape[-1]

@@ -1,2 +1,3 @@
-"""Streaming recognition: filterbanks chunk by chunk, the causal encoder's state carried across chunks, searches
-that carry their hypotheses across chunks, and the streaming transcriber."""
+"""Streaming recognition: filterbanks chunk by chunk (``filterbank``) and the streaming transcriber
+(``transcriber``), built on the causal encoder's ``step`` (``modules``) and the resumable searches
+(``generation``)."""

@@ -10,13 +10,15 @@
 Each chunk goes through the filterbank (``StreamingFilterbank``), the config's feature transforms, the encoder's
 ``step`` (every SSM carries its state from chunk to chunk: the work per chunk does not grow with the stream) and a
 search that keeps its hypotheses between chunks (``TransducerGenerator.search``). So the final transcript is the one
-``Transcriber`` gives offline for the same audio, whatever the chunk sizes; only how early partial results appear
-depends on them. The model must have a causal encoder (``--causal-encoder``, e.g. ``--arch
+``Transcriber`` gives offline for the same audio, whatever the chunk sizes, up to float rounding (the recurrence
+and the offline FFT convolution round differently: a near tie between two units could go either way; identical in
+the tests); only how early partial results appear depends on the chunks. The model must have a causal encoder (``--causal-encoder``, e.g. ``--arch
 mssm_transducer_streaming``) and its data directory per-frame feature transforms (global CMVN, prepared with
 ``--cmvn global``): utterance CMVN needs the whole utterance.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -89,6 +91,9 @@ class StreamingTranscriber:
         self._advance(np.zeros((0, StreamingFilterbank.num_mel_bins), dtype=np.float32), final=True)
         (best, *_), = self.search.finish(1, self.offline.generator.length_norm)
         self.reset()
+        if not math.isfinite(best.score):
+            raise ValueError(f"the hypothesis score is not finite (NaN or inf): the {self.dtype} model computed NaN "
+                             "or inf")
         words = self.offline.timed_words(best.tokens, best.frames, duration) if self.timestamps else []
         return TimedTranscript(self.offline.text(best.tokens), words)
 
@@ -105,9 +110,13 @@ class StreamingTranscriber:
             raise AudioError(path, "samples are not finite (NaN or inf in the audio)")
         self.reset()
         step, shown = max(1, chunk_ms * SAMPLE_RATE // 1000), ""
-        for start in range(0, len(samples), step):
-            partial = self.accept_waveform(samples[start:start + step])
-            if partial != shown and on_partial is not None:
-                on_partial(self.seconds_accepted, partial)
-            shown = partial
-        return self.finish()
+        try:
+            for start in range(0, len(samples), step):
+                partial = self.accept_waveform(samples[start:start + step])
+                if partial != shown and on_partial is not None:
+                    on_partial(self.seconds_accepted, partial)
+                shown = partial
+            return self.finish()
+        except ValueError as error:
+            self.reset()
+            raise AudioError(path, str(error)) from error
