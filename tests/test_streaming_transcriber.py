@@ -11,27 +11,18 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-import torch
 
 from ssm_fairseq.streaming.transcriber import StreamingTranscriber
 from ssm_fairseq.transcribe import Transcriber
 from ssm_fairseq.transcribe import main as transcribe_main
 
-from test_transcribe import train_tiny
+from test_transcribe import _one_thread, train_tiny  # noqa: F401  (_one_thread: an autouse fixture)
 
 pytestmark = pytest.mark.slow
 
 # A blank penalty far above the logits' spread makes the tiny model emit labels, so no transcript compared is empty.
 SEARCHES = {"greedy": {"beam": 1, "max_symbols_per_frame": 2, "blank_penalty": 20.0},
             "beam": {"beam": 3, "max_symbols_per_frame": 2, "blank_penalty": 20.0}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

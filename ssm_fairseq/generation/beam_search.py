@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
+    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
     selectable, start_predictor,
 )
 from .lm_fusion import LanguageModelFusion
@@ -69,7 +69,7 @@ def ranking_score(score: float, length: int, length_norm: float) -> float:
     return score / (length + 1) ** length_norm
 
 
-class BeamSearch:
+class BeamSearch(ChunkedSearch):
     """Beam search over a batch of ``batch`` utterances whose encoder frames arrive in chunks.
 
     The hypotheses are kept between calls, so any split of the encoder output gives the hypotheses of one call
@@ -94,25 +94,22 @@ class BeamSearch:
         check_search_arguments(max_symbols_per_frame, suppress, model.blank)
         if beam < 1:
             raise ValueError(f"need beam >= 1, got beam={beam}")
+        super().__init__(batch)
         self.model, self.beam, self.max_symbols_per_frame = model, beam, max_symbols_per_frame
         self.suppress, self.blank_penalty, self.fusion = suppress, blank_penalty, fusion
         # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
         self.bank_proj, self.bank_state = start_predictor(model, 1, device)
         lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
         self.beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
-        self.frames_done = [0] * batch  # each utterance's encoder frames searched so far
-        self.finished = False
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
         """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
         utterance has (default all ``n``). Frame numbers in the hypotheses count each utterance's frames from the
         first call."""
-        if self.finished:
-            raise ValueError("the search has finished: start a new one for new utterances")
+        lengths = self._chunk_lengths(encoder_out, encoder_lengths)
         model, fusion, beams, device = self.model, self.fusion, self.beams, encoder_out.device
         batch = len(beams)
-        lengths = [encoder_out.shape[1]] * batch if encoder_lengths is None else encoder_lengths.tolist()
         encoder_proj = model.joiner.encoder_proj(encoder_out)
         for t in range(max(lengths, default=0)):
             live = [b for b in range(batch) if lengths[b] > t]
@@ -139,7 +136,7 @@ class BeamSearch:
                 beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:self.beam]
             self.bank_proj, self.bank_state, beams = _compact(self.bank_proj, self.bank_state, beams, fusion)
         self.beams = beams
-        self.frames_done = [done + n for done, n in zip(self.frames_done, lengths)]
+        self._chunk_done(lengths)
 
     def partial(self) -> list[Hypothesis]:
         """The best hypothesis so far of each utterance, by score (without the LM's ``</s>`` score)."""
@@ -151,9 +148,7 @@ class BeamSearch:
         ``score / (len + 1) ** length_norm`` (``ranking_score``; the scores themselves are unchanged)."""
         if not 1 <= nbest <= self.beam:
             raise ValueError(f"need 1 <= nbest <= beam; got beam={self.beam}, nbest={nbest}")
-        if self.finished:
-            raise ValueError("the search has finished already")
-        self.finished = True
+        self._finishing()
         beams = self.beams if self.fusion is None else [_finish(prefixes, self.fusion) for prefixes in self.beams]
         return [[_hypothesis(p) for p in sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens),
                                                                                          length_norm))[:nbest]]

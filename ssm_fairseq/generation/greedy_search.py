@@ -11,13 +11,13 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
+    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
     selectable, start_predictor,
 )
 from .lm_fusion import LanguageModelFusion
 
 
-class GreedySearch:
+class GreedySearch(ChunkedSearch):
     """Greedy search over a batch of ``batch`` utterances whose encoder frames arrive in chunks.
 
     At frame ``t`` each utterance takes the joiner's argmax; a label is emitted (the predictor advances and the
@@ -41,6 +41,7 @@ class GreedySearch:
     def __init__(self, model, batch: int, device: torch.device, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
                  suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None):
         check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+        super().__init__(batch)
         self.model, self.max_symbols_per_frame, self.suppress = model, max_symbols_per_frame, suppress
         self.blank_penalty, self.fusion = blank_penalty, fusion
         self.predictor_proj, self.state = start_predictor(model, batch, device)
@@ -49,19 +50,15 @@ class GreedySearch:
         self.frames: list[list[int]] = [[] for _ in range(batch)]
         self.scores = torch.zeros(batch, dtype=torch.float64, device=device)
         self.lm_rows = fusion.start(batch) if fusion is not None else None
-        self.frames_done = [0] * batch  # each utterance's encoder frames searched so far
-        self.finished = False
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
         """Search the next frames: ``encoder_out`` ``B x n x D``; ``encoder_lengths`` ``B``: how many of them each
         utterance has (default all ``n``). Frame numbers in the hypotheses count each utterance's frames from the
         first call."""
-        if self.finished:
-            raise ValueError("the search has finished: start a new one for new utterances")
+        lengths = self._chunk_lengths(encoder_out, encoder_lengths)
+        encoder_lengths = torch.tensor(lengths, device=encoder_out.device)
         model, fusion, suppress = self.model, self.fusion, self.suppress
-        if encoder_lengths is None:
-            encoder_lengths = torch.full((encoder_out.shape[0],), encoder_out.shape[1], device=encoder_out.device)
         encoder_proj = model.joiner.encoder_proj(encoder_out)
         for t in range(encoder_out.shape[1]):
             rows = (encoder_lengths > t).nonzero().squeeze(1)  # utterances still in frame t
@@ -87,7 +84,7 @@ class GreedySearch:
             if fusion is not None:  # only the utterances' current LM states stay
                 renumber = fusion.keep(self.lm_rows)
                 self.lm_rows = [renumber[row] for row in self.lm_rows]
-        self.frames_done = [done + n for done, n in zip(self.frames_done, encoder_lengths.tolist())]
+        self._chunk_done(lengths)
 
     def _emit(self, rows: Tensor, labels: Tensor) -> None:
         """Advance the predictor (and the LM) of ``rows`` by their emitted ``labels``."""
@@ -113,9 +110,7 @@ class GreedySearch:
         ``BeamSearch.finish``."""
         if nbest != 1:
             raise ValueError(f"greedy search has one hypothesis per utterance, asked for nbest={nbest}")
-        if self.finished:
-            raise ValueError("the search has finished already")
-        self.finished = True
+        self._finishing()
         if self.fusion is not None:
             self.scores += torch.tensor(self.fusion.eos_scores(self.lm_rows), dtype=torch.float64,
                                         device=self.scores.device)

@@ -31,6 +31,31 @@ class Hypothesis:
     frames: list[int]
 
 
+class ChunkedSearch:
+    """What the resumable searches share: each utterance's count of encoder frames searched (its next frame's
+    number) and the end of the search (``finish`` once; no frames after it)."""
+
+    def __init__(self, batch: int):
+        self.frames_done = [0] * batch
+        self.finished = False
+
+    def _chunk_lengths(self, encoder_out: Tensor, encoder_lengths: Tensor | None) -> list[int]:
+        """Each utterance's frames in the chunk ``encoder_out`` (``B x n x D``): ``encoder_lengths``, or all ``n``."""
+        if self.finished:
+            raise ValueError("the search has finished: start a new one for new utterances")
+        if encoder_lengths is None:
+            return [encoder_out.shape[1]] * encoder_out.shape[0]
+        return encoder_lengths.tolist()
+
+    def _chunk_done(self, lengths: list[int]) -> None:
+        self.frames_done = [done + n for done, n in zip(self.frames_done, lengths)]
+
+    def _finishing(self) -> None:
+        if self.finished:
+            raise ValueError("the search has finished already")
+        self.finished = True
+
+
 def check_search_arguments(max_symbols_per_frame: int, suppress: Sequence[int], blank: int) -> None:
     """Errors for a limit below 1 or a suppressed blank (the search could never leave a frame)."""
     if max_symbols_per_frame < 1:
