@@ -5,8 +5,9 @@
 (the installed command; ``python -m ssm_fairseq.transcribe`` is the same) prints ``PATH<TAB>transcript`` for every
 file, in the order given. ``--stream --chunk-ms 320`` decodes each file as a live stream instead, with a causal
 model (``ssm_fairseq.streaming.transcriber``): the partial transcript goes to stderr whenever it changes
-(``PATH [seconds] text``) and the same final lines to stdout. With ``--timestamps`` each line gets a third column, the transcript's words with their
-times as a JSON list of ``[word, start, end]`` (seconds from the start of the file, rounded to 0.01)::
+(``PATH [seconds] text``) and the same final lines to stdout. With ``--timestamps`` each line gets a third column,
+the transcript's words with their times as a JSON list of ``[word, start, end]`` (seconds from the start of the
+file, rounded to 0.01)::
 
     a.flac<TAB>HELLO WORLD<TAB>[["HELLO", 0.32, 0.6], ["WORLD", 0.64, 1.04]]
 

@@ -86,7 +86,8 @@ def main() -> None:
         begin = time.perf_counter()
         offline = transcriber.offline.transcribe([path for path, _ in items])
         rtf = (time.perf_counter() - begin) / seconds
-        print(f"| {subset} | offline (whole utterance) | {word_error_rate(list(zip(references, offline))):.2f} | | {rtf:.4f} | |")
+        wer = word_error_rate(list(zip(references, offline)))
+        print(f"| {subset} | offline (whole utterance, batched) | {wer:.2f} | | {rtf:.4f} | |")
         for chunk_ms in args.chunk_ms:
             texts, latencies = [], []
             for samples in audio:
@@ -95,7 +96,8 @@ def main() -> None:
                 latencies += chunk_latencies
             ms = 1000 * np.array(latencies)
             differing = sum(t != o for t, o in zip(texts, offline))
-            print(f"| {subset} | streaming, {chunk_ms} ms chunks | {word_error_rate(list(zip(references, texts))):.2f} | "
+            wer = word_error_rate(list(zip(references, texts)))
+            print(f"| {subset} | streaming, {chunk_ms} ms chunks | {wer:.2f} | "
                   f"{differing} of {len(texts)} | {sum(latencies) / seconds:.4f} | "
                   f"{ms.mean():.1f} / {np.percentile(ms, 95):.1f} / {ms.max():.1f} |")
 

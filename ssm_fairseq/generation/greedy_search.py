@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs, select_rows,
-    selectable, start_predictor,
+    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs,
+    select_rows, selectable, start_predictor,
 )
 from .lm_fusion import LanguageModelFusion
 

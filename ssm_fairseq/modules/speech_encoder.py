@@ -83,7 +83,8 @@ class SpeechEncoder(nn.Module):
         if self.positions:
             raise ValueError("an encoder with sinusoidal positions cannot run chunk by chunk")
         if not hasattr(self.subsampler, "step"):
-            raise ValueError(f"{type(self.subsampler).__name__} cannot run chunk by chunk: use the tr or ms sub-sampler")
+            raise ValueError(f"{type(self.subsampler).__name__} cannot run chunk by chunk: use the tr or ms "
+                             "sub-sampler")
         for module in self.modules():
             if isinstance(module, PreNormResidual) and not hasattr(module.block, "step"):
                 raise ValueError(f"{type(module.block).__name__} needs the whole utterance: only an encoder of causal "

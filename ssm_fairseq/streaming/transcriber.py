@@ -12,9 +12,9 @@ Each chunk goes through the filterbank (``StreamingFilterbank``), the config's f
 search that keeps its hypotheses between chunks (``TransducerGenerator.search``). So the final transcript is the one
 ``Transcriber`` gives offline for the same audio, whatever the chunk sizes, up to float rounding (the recurrence
 and the offline FFT convolution round differently: a near tie between two units could go either way; identical in
-the tests); only how early partial results appear depends on the chunks. The model must have a causal encoder (``--causal-encoder``, e.g. ``--arch
-mssm_transducer_streaming``) and its data directory per-frame feature transforms (global CMVN, prepared with
-``--cmvn global``): utterance CMVN needs the whole utterance.
+the tests); only how early partial results appear depends on the chunks. The model must have a causal encoder
+(``--causal-encoder``, e.g. ``--arch mssm_transducer_streaming``) and its data directory per-frame feature
+transforms (global CMVN, prepared with ``--cmvn global``): utterance CMVN needs the whole utterance.
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ class StreamingTranscriber:
     Arguments as ``Transcriber``'s (``checkpoint``, ``data_dir``, ``device``, ``beam``, ``search``,
     ``max_symbols_per_frame``, ``lenpen``, ``blank_penalty``, ``precision``, ``lm_path``, ``lm_weight``,
     ``lm_eos``); ``timestamps``: time the final transcript's words (needs a config without a pre-tokenizer; off:
-    ``finish`` gives no words). Raises ``ValueError`` for a model whose encoder cannot run chunk by chunk or a data directory
-    whose feature transforms need the whole utterance.
+    ``finish`` gives no words). Raises ``ValueError`` for a model whose encoder cannot run chunk by chunk or a data
+    directory whose feature transforms need the whole utterance.
     """
 
     def __init__(self, checkpoint: Path | str, timestamps: bool = False, **options):
