@@ -16,15 +16,19 @@ any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, o
   configuration with the run's (``config_differences``) and refuses a difference, naming the fields.
 
 ``load_model_ensemble_and_task`` (``fairseq-generate --path``) is wrapped too, to put the checkpoint's path in front
-of a ``DictionaryMismatchError`` raised by the task that builds its model.
+of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task that builds its model.
 
 What is compared: every field of the stored model configuration (``cfg.model``) except dropout rates (fields whose
 name contains ``dropout`` or ``layerdrop``: regularisation, which a resumed or fine-tuned run may change) and the
 architecture's name (``_name``: ``--arch mssm_transducer`` and the same fields set by flags are the same model).
-``dictionary_fingerprint`` (``dictionary_fingerprint()``, filled by the ``speech_transducer`` task when training
-starts) is compared by the files' digests, not their paths. Models of argparse-only families keep the whole command
-line as ``cfg.model``; for them only ``arch`` is compared. Arguments, return values and every other error of the
-wrapped functions pass through unchanged; fairseq calls them through the module, so its own calls get the wrappers.
+``dictionary_fingerprint`` (filled by the ``speech_transducer`` task when training starts) is compared by content,
+not by paths: the digests of the dictionary and SentencePiece model (``dictionary_fingerprint()``) and, under the role
+``features`` (``feature_fingerprint()``), the features the model was trained on: ``input_feat_per_channel``, the
+feature transforms evaluation splits get (names and options) and the digest of the global CMVN statistics
+(``feature_differences``). A role that one side lacks (a checkpoint saved before it) is not compared; resuming from
+such a checkpoint warns. Models of argparse-only families keep the whole command line as ``cfg.model``; for them
+only ``arch`` is compared. Arguments, return values and every other error of the wrapped functions pass through
+unchanged; fairseq calls them through the module, so its own calls get the wrappers.
 """
 from __future__ import annotations
 
@@ -48,7 +52,12 @@ from omegaconf import OmegaConf
 
 logger = logging.getLogger(__name__)
 
-FINGERPRINT_KEY = "dictionary_fingerprint"  # in cfg.model: {role: {"file": path, "sha256": hex digest}}
+# In cfg.model: {role: {"file": path, "sha256": hex digest}} for the dictionary files, and under FEATURES_ROLE
+# {"input_feat_per_channel": N, "transforms": [...]} (feature_fingerprint; the key's name predates that role).
+FINGERPRINT_KEY = "dictionary_fingerprint"
+FEATURES_ROLE = "features"
+EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
+TRANSFORM_NAMES = {"utterance_cmvn": "utterance CMVN", "global_cmvn": "global CMVN"}  # as messages name them
 _resumed_model_cfg: contextvars.ContextVar = contextvars.ContextVar("resumed_model_cfg", default=None)
 
 
@@ -58,6 +67,11 @@ class CheckpointError(ValueError):
 
 class DictionaryMismatchError(CheckpointError):
     """A model trained with other dictionary files than those it is given (its labels mean other units)."""
+
+
+class FeatureMismatchError(CheckpointError):
+    """A model given other features than it was trained on (another CMVN, other global CMVN statistics, other
+    feature transforms or width): it would transcribe garbage."""
 
 
 def is_unreadable_file_error(error: BaseException) -> bool:
@@ -118,14 +132,95 @@ def dictionary_fingerprint(files: Mapping[str, str | os.PathLike]) -> dict[str, 
     return fingerprint
 
 
+def feature_fingerprint(data_cfg, split: str = EVALUATION_SPLIT) -> dict[str, Any]:
+    """What the features of ``data_cfg`` (fairseq's ``S2TDataConfig``) are for ``split`` at evaluation:
+    ``{"input_feat_per_channel": N, "transforms": [{"name": NAME, "options": {...}}, ...]}``, the transforms in the
+    order they apply (``get_feature_transforms(split, is_train=False)``), each with its non-empty section of
+    ``config.yaml`` as ``options``; ``global_cmvn``'s statistics file is recorded by content, as ``"file"`` (its
+    absolute path, or the path as written when it does not exist) and ``"sha256"`` (None when it does not exist),
+    not as an option."""
+    config = data_cfg.get_feature_transforms(split, False)
+    transforms = []
+    for name in config.get("feature_transforms") or []:
+        options = dict(config.get(name) or {})
+        transform: dict[str, Any] = {"name": name}
+        if name == "global_cmvn":
+            transform.update(_file_digest(options.pop("stats_npz_path", None), Path(data_cfg.root)))
+        if options:
+            transform["options"] = options
+        transforms.append(transform)
+    return {"input_feat_per_channel": data_cfg.input_feat_per_channel, "transforms": transforms}
+
+
+def _file_digest(path: str | None, root: Path) -> dict[str, str | None]:
+    """``{"file": ..., "sha256": ...}`` of a file named in ``config.yaml``: as written (fairseq opens it from the
+    working directory), else under the data directory ``root``."""
+    if path is None:
+        return {"file": None, "sha256": None}
+    found = next((p for p in (Path(path), root / path) if p.is_file()), None)
+    if found is None:
+        return {"file": str(path), "sha256": None}
+    return {"file": str(found.resolve()), "sha256": hashlib.sha256(found.read_bytes()).hexdigest()}
+
+
 def fingerprint_differences(first: Mapping | None, second: Mapping | None, first_label: str,
                             second_label: str) -> list[str]:
     """The roles whose files differ between two fingerprints, each as ``ROLE: FILE (sha256 ab12cd34ef56) in
-    FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL``; roles missing on either side are not compared."""
+    FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL``, and for the ``features`` role ``feature_differences``; roles
+    missing on either side are not compared."""
     first, second = _plain(first) or {}, _plain(second) or {}
-    return [f"{role}: {first[role]['file']} (sha256 {first[role]['sha256'][:12]}) in {first_label}, "
-            f"{second[role]['file']} (sha256 {second[role]['sha256'][:12]}) in {second_label}"
-            for role in sorted(first.keys() & second.keys()) if first[role]["sha256"] != second[role]["sha256"]]
+    differences = []
+    for role in sorted(first.keys() & second.keys()):
+        if role == FEATURES_ROLE:
+            differences += feature_differences(first[role], second[role], first_label, second_label)
+        elif first[role]["sha256"] != second[role]["sha256"]:
+            differences.append(f"{role}: {first[role]['file']} (sha256 {first[role]['sha256'][:12]}) in "
+                               f"{first_label}, {second[role]['file']} (sha256 {second[role]['sha256'][:12]}) in "
+                               f"{second_label}")
+    return differences
+
+
+def feature_differences(first: Mapping, second: Mapping, first_label: str, second_label: str) -> list[str]:
+    """How two ``feature_fingerprint`` records differ, at most one string each for ``input_feat_per_channel: 80 in
+    FIRST_LABEL, 40 in SECOND_LABEL``, ``feature transforms: utterance CMVN in FIRST_LABEL, global CMVN from FILE in
+    SECOND_LABEL`` (names and options) and, the transforms being the same, ``global CMVN statistics: FILE (sha256
+    ab12cd34ef56) in FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL`` (by content: the same statistics at another
+    path are no difference; a missing file is not compared, fairseq then names it when it opens it)."""
+    first, second = _plain(first), _plain(second)
+    differences = []
+    if first.get("input_feat_per_channel") != second.get("input_feat_per_channel"):
+        differences.append(f"input_feat_per_channel: {first.get('input_feat_per_channel')} in {first_label}, "
+                           f"{second.get('input_feat_per_channel')} in {second_label}")
+    first_transforms, second_transforms = first.get("transforms") or [], second.get("transforms") or []
+    if _transform_settings(first_transforms) != _transform_settings(second_transforms):
+        differences.append(f"feature transforms: {_transforms_shown(first_transforms)} in {first_label}, "
+                           f"{_transforms_shown(second_transforms)} in {second_label}")
+        return differences
+    for a, b in zip(first_transforms, second_transforms):
+        if a.get("sha256") and b.get("sha256") and a["sha256"] != b["sha256"]:
+            what = TRANSFORM_NAMES.get(a["name"], a["name"])
+            differences.append(f"{what} statistics: {a['file']} (sha256 {a['sha256'][:12]}) in {first_label}, "
+                               f"{b['file']} (sha256 {b['sha256'][:12]}) in {second_label}")
+    return differences
+
+
+def _transform_settings(transforms: list) -> list:
+    return [(t["name"], t.get("options") or {}) for t in transforms]
+
+
+def _transforms_shown(transforms: list) -> str:
+    """``utterance CMVN``, ``global CMVN from FILE``, ``delta_deltas {'win_length': 3}, then utterance CMVN``."""
+    if not transforms:
+        return "no feature transform"
+    shown = []
+    for transform in transforms:
+        text = TRANSFORM_NAMES.get(transform["name"], transform["name"])
+        if "file" in transform:
+            text += f" from {transform['file']}"
+        if transform.get("options"):
+            text += f" {transform['options']}"
+        shown.append(text)
+    return ", then ".join(shown)
 
 
 def is_architecture_field(name: str) -> bool:
@@ -171,15 +266,22 @@ def _shown(value: Any) -> str:
 
 def check_resumed_configuration(path: str, stored_model_cfg: Any, current_model_cfg: Any) -> None:
     """Refuse to resume training from checkpoint ``path`` with another model configuration; warn when the
-    checkpoint predates dictionary fingerprints."""
+    checkpoint predates dictionary fingerprints, or feature fingerprints."""
     differences = config_differences(stored_model_cfg, current_model_cfg, "the checkpoint", "this run")
     if differences:
         raise CheckpointError(f"checkpoint {path} holds another model than this run's flags describe: "
-                              f"{'; '.join(differences)}. Resume with the checkpoint's flags, or train in another "
-                              f"--save-dir (dropout rates may change)")
-    if FINGERPRINT_KEY not in (_plain(stored_model_cfg) or {}) and FINGERPRINT_KEY in (_plain(current_model_cfg) or {}):
+                              f"{'; '.join(differences)}. Resume with the checkpoint's flags (and on the data "
+                              f"directory it was trained on), or train in another --save-dir (dropout rates may "
+                              f"change)")
+    stored, current = (_plain(cfg) or {} for cfg in (stored_model_cfg, current_model_cfg))
+    if FINGERPRINT_KEY not in stored and FINGERPRINT_KEY in current:
         logger.warning(f"checkpoint {path} records no dictionary fingerprint (saved by an earlier version): "
                        f"cannot check that it was trained with this run's dictionary")
+    stored_roles, current_roles = (getattr(cfg, FINGERPRINT_KEY, None) if isinstance(cfg, Namespace)
+                                   else cfg.get(FINGERPRINT_KEY) for cfg in (stored, current))
+    if FEATURES_ROLE not in (stored_roles or {}) and FEATURES_ROLE in (current_roles or {}):
+        logger.warning(f"checkpoint {path} records no feature fingerprint (saved by an earlier version): cannot "
+                       f"check that it was trained on this run's features (feature transforms, CMVN statistics)")
 
 
 def _checked(load):
@@ -226,12 +328,12 @@ def _comparing_the_model(load_checkpoint):
 
 @contextlib.contextmanager
 def naming_the_checkpoint(names: str):
-    """Put ``checkpoint NAMES:`` in front of a ``DictionaryMismatchError`` raised inside (the task that builds a
-    model from a checkpoint's configuration does not know the checkpoint's path)."""
+    """Put ``checkpoint NAMES:`` in front of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised inside
+    (the task that builds a model from a checkpoint's configuration does not know the checkpoint's path)."""
     try:
         yield
-    except DictionaryMismatchError as error:
-        raise DictionaryMismatchError(f"checkpoint {names}: {error}") from error
+    except (DictionaryMismatchError, FeatureMismatchError) as error:
+        raise type(error)(f"checkpoint {names}: {error}") from error
 
 
 def _naming_the_checkpoint(load_ensemble):

@@ -1,12 +1,14 @@
 """Checkpoints are checked before anything uses them (``ssm_fairseq.checkpoint_checks``).
 
-Damaged bytes (the zip's CRC), NaN weights, a dictionary other than the one trained with and a resumed run with
-other architecture flags each stop ``fairseq-generate``, ``fairseq-train --restore-file`` and
-``ssm_fairseq.transcribe`` in one line naming the checkpoint; a plain resume and a changed dropout still train.
-The model: TINY_MODEL trained two epochs (one update each) on the five-utterance fixture.
+Damaged bytes (the zip's CRC), NaN weights, a dictionary other than the one trained with, features other than those
+trained on (CMVN, global CMVN statistics) and a resumed run with other architecture flags each stop
+``fairseq-generate``, ``fairseq-train --restore-file`` and ``ssm_fairseq.transcribe`` in one line naming the
+checkpoint; a plain resume and a changed dropout still train. The models: TINY_MODEL trained two epochs (one update
+each) on the five-utterance fixture (utterance CMVN), and one epoch on the fixture prepared with ``--cmvn global``.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import struct
@@ -15,10 +17,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import yaml
 
-from ssm_fairseq.checkpoint_checks import CheckpointError, DictionaryMismatchError, first_non_finite_parameter
+from ssm_fairseq.checkpoint_checks import CheckpointError, DictionaryMismatchError, FeatureMismatchError, \
+    config_differences, first_non_finite_parameter
 from ssm_fairseq.transcribe import Transcriber
 
 from cli import BIN, REPO, run_ok
@@ -39,6 +44,16 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     data = prepare_fixture(root, "--no-specaugment")
     run_ok([str(BIN / "fairseq-train"), str(data), *TRAIN, "--max-epoch", "2", "--save-dir", str(root / "ckpt")])
     return data, root / "ckpt"
+
+
+@pytest.fixture(scope="module")
+def trained_global(tmp_path_factory) -> tuple[Path, Path]:
+    """``(data directory, checkpoint_last.pt)``: the fixture prepared with ``--cmvn global`` (``gcmvn.npz``), one
+    epoch."""
+    root = tmp_path_factory.mktemp("checkpoint_integrity_global")
+    data = prepare_fixture(root, "--no-specaugment", "--cmvn", "global")
+    run_ok([str(BIN / "fairseq-train"), str(data), *TRAIN, "--max-epoch", "1", "--save-dir", str(root / "ckpt")])
+    return data, root / "ckpt/checkpoint_last.pt"
 
 
 def audio_files(data: Path) -> list[Path]:
@@ -64,6 +79,36 @@ def edited(source: Path, target: Path, edit) -> Path:
     edit(state)
     torch.save(state, target)
     return target
+
+
+def copy_with_config(data: Path, target: Path, edit) -> Path:
+    """A copy of data directory ``data`` at ``target`` whose ``config.yaml`` is changed by ``edit(config)``."""
+    shutil.copytree(data, target)
+    config = yaml.safe_load((target / "config.yaml").read_text())
+    edit(config)
+    (target / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return target
+
+
+def use_cmvn(config: dict, stats: Path | None) -> None:
+    """Switch ``config`` to global CMVN with the statistics at ``stats``, or to utterance CMVN (``stats`` None), as
+    ``prepare_librispeech.py --cmvn global|utterance`` writes it."""
+    cmvn = "utterance_cmvn" if stats is None else "global_cmvn"
+    config["feature_transforms"] = {"_train": [cmvn], "*": [cmvn]}
+    config.pop("global_cmvn", None)
+    if stats is not None:
+        config["global_cmvn"] = {"stats_npz_path": str(stats)}
+
+
+def write_stats(path: Path, shift: float = 0.0) -> Path:
+    """Global CMVN statistics (80 means and stds) at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, mean=np.full(80, 10.0 + shift, dtype=np.float32), std=np.full(80, 3.0, dtype=np.float32))
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def generate(data: Path, checkpoint: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -151,6 +196,106 @@ def test_a_checkpoint_without_fingerprint_is_accepted_with_a_warning(trained, tm
     with caplog.at_level(logging.WARNING):
         Transcriber(old, device="cpu")
     assert "the checkpoint records no dictionary fingerprint (saved by an earlier version)" in caplog.text
+    assert "the checkpoint records no feature fingerprint (saved by an earlier version)" in caplog.text
+
+
+FEATURE_MISMATCH = ("trained on other features than {config} gives, so its transcripts would be garbage: {what}. "
+                    "Decode with the data directory it was trained on")
+
+
+def test_a_model_trained_on_utterance_cmvn_is_refused_on_global_cmvn(trained, tmp_path):
+    """A data directory switched to global CMVN (``prepare_librispeech.py --cmvn global --overwrite-cmvn``, or
+    ``--data-dir`` pointing at a directory prepared for streaming): the model would get features normalised
+    otherwise than in training, and transcribe garbage."""
+    data, checkpoints = trained
+    checkpoint = checkpoints / "checkpoint_last.pt"
+    stats = write_stats(tmp_path / "gcmvn.npz")
+    other = copy_with_config(data, tmp_path / "global", lambda config: use_cmvn(config, stats))
+    expected = FEATURE_MISMATCH.format(config=f"{other}/config.yaml", what=(
+        f"feature transforms: utterance CMVN in the checkpoint (at training), global CMVN from {stats} in this data "
+        f"directory"))
+    with pytest.raises(FeatureMismatchError) as error:
+        Transcriber(checkpoint, data_dir=other, device="cpu")
+    assert str(error.value) == f"checkpoint {checkpoint}: {expected}"
+    result = generate(other, checkpoint, "--max-tokens", "10000")
+    assert result.returncode != 0 and "WER" not in result.stdout
+    assert f"checkpoint {checkpoint}: {expected}" in result.stderr.splitlines()[-1]
+
+
+def test_a_model_trained_on_global_cmvn_is_refused_on_utterance_cmvn(trained_global, tmp_path):
+    data, checkpoint = trained_global
+    other = copy_with_config(data, tmp_path / "utterance", lambda config: use_cmvn(config, None))
+    with pytest.raises(FeatureMismatchError) as error:
+        Transcriber(checkpoint, data_dir=other, device="cpu")
+    assert str(error.value) == f"checkpoint {checkpoint}: " + FEATURE_MISMATCH.format(
+        config=f"{other}/config.yaml", what=f"feature transforms: global CMVN from {data}/gcmvn.npz in the checkpoint "
+                                            f"(at training), utterance CMVN in this data directory")
+
+
+def test_other_global_cmvn_statistics_are_refused_naming_both(trained_global, tmp_path):
+    """``prepare_librispeech.py --cmvn global`` run again on other training audio replaces ``gcmvn.npz``."""
+    data, checkpoint = trained_global
+    stats = write_stats(tmp_path / "other/gcmvn.npz", shift=1.0)
+    other = copy_with_config(data, tmp_path / "copy", lambda config: use_cmvn(config, stats))
+    with pytest.raises(FeatureMismatchError) as error:
+        Transcriber(checkpoint, data_dir=other, device="cpu")
+    assert str(error.value) == f"checkpoint {checkpoint}: " + FEATURE_MISMATCH.format(
+        config=f"{other}/config.yaml", what=(
+            f"global CMVN statistics: {data}/gcmvn.npz (sha256 {sha256(data / 'gcmvn.npz')[:12]}) in the checkpoint "
+            f"(at training), {stats} (sha256 {sha256(stats)[:12]}) in this data directory"))
+
+
+def test_the_same_global_cmvn_statistics_at_another_path_are_accepted(trained_global, tmp_path, caplog):
+    """Statistics are compared by content: a data directory moved or copied elsewhere decodes."""
+    data, checkpoint = trained_global
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=False)["cfg"]["model"]["dictionary_fingerprint"]
+    assert stored["features"] == {"input_feat_per_channel": 80, "transforms": [
+        {"name": "global_cmvn", "file": str(data / "gcmvn.npz"), "sha256": sha256(data / "gcmvn.npz")}]}
+    moved = tmp_path / "elsewhere/statistics.npz"
+    moved.parent.mkdir()
+    shutil.copy(data / "gcmvn.npz", moved)
+    other = copy_with_config(data, tmp_path / "copy", lambda config: use_cmvn(config, moved))
+    with caplog.at_level(logging.WARNING):
+        transcriber = Transcriber(checkpoint, data_dir=other, device="cpu")
+    assert "fingerprint" not in caplog.text
+    assert str(moved) in repr(transcriber.feature_transforms)  # it reads the moved file
+    assert len(transcriber.transcribe(audio_files(data)[:1])) == 1
+
+
+def test_a_checkpoint_without_feature_fingerprint_is_accepted_with_a_warning(trained_global, tmp_path, caplog):
+    """A checkpoint saved before features were recorded: its features cannot be checked, so it decodes (here on
+    utterance CMVN, which a current checkpoint would be refused) with a warning."""
+    data, checkpoint = trained_global
+    old = edited(checkpoint, tmp_path / "old.pt",
+                 lambda state: state["cfg"]["model"]["dictionary_fingerprint"].pop("features"))
+    other = copy_with_config(data, tmp_path / "utterance", lambda config: use_cmvn(config, None))
+    with caplog.at_level(logging.WARNING):
+        Transcriber(old, data_dir=other, device="cpu")
+    assert (f"the checkpoint records no feature fingerprint (saved by an earlier version): cannot check that it was "
+            f"trained on the features of {other} (feature transforms, CMVN statistics)") in caplog.text
+    assert "dictionary fingerprint" not in caplog.text
+
+
+def test_averaging_and_resuming_compare_features_by_content(tmp_path):
+    """``config_differences`` (``average_checkpoints.py``, ``fairseq-train --restore-file``) names feature
+    differences; statistics at another path with the same content are none."""
+    features = {"input_feat_per_channel": 80, "transforms": [{"name": "global_cmvn", "file": "/a/gcmvn.npz",
+                                                              "sha256": "ab" * 32}]}
+    moved = {**features, "transforms": [{**features["transforms"][0], "file": "/b/gcmvn.npz"}]}
+    other = {**features, "transforms": [{**features["transforms"][0], "sha256": "cd" * 32}]}
+    utterance = {"input_feat_per_channel": 80, "transforms": [{"name": "utterance_cmvn"}]}
+
+    def model(features):
+        return {"dictionary_fingerprint": {"features": features}}
+
+    assert config_differences(model(features), model(moved), "A", "B") == []
+    assert config_differences(model(features), model(other), "A", "B") == [
+        f"global CMVN statistics: /a/gcmvn.npz (sha256 {'ab' * 6}) in A, /a/gcmvn.npz (sha256 {'cd' * 6}) in B"]
+    assert config_differences(model(features), model(utterance), "A", "B") == [
+        "feature transforms: global CMVN from /a/gcmvn.npz in A, utterance CMVN in B"]
+    assert config_differences(model(utterance), model({**utterance, "input_feat_per_channel": 40}), "A", "B") == [
+        "input_feat_per_channel: 80 in A, 40 in B"]
+    assert config_differences(model(features), {"dictionary_fingerprint": {}}, "A", "B") == []  # an older one
 
 
 def test_resuming_with_other_architecture_flags_is_refused_and_dropout_may_change(trained, tmp_path):

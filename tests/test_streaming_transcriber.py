@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+import torch
+import yaml
+from fairseq.data.audio.data_cfg import S2TDataConfig
 
+from ssm_fairseq.checkpoint_checks import FeatureMismatchError, feature_fingerprint
 from ssm_fairseq.streaming.transcriber import StreamingTranscriber
 from ssm_fairseq.transcribe import Transcriber
 from ssm_fairseq.transcribe import main as transcribe_main
@@ -78,15 +82,30 @@ def test_cli_stream_prints_partials_to_stderr_and_the_offline_lines(causal, caps
     assert f"{files[0]} [" in captured.err  # partial results as they change, with their audio time
 
 
-def test_models_and_data_that_need_the_whole_utterance_are_refused(causal, tmp_path):
+def test_models_and_data_that_need_the_whole_utterance_are_refused(causal, tmp_path, capsys):
+    """A causal model trained on utterance CMVN (here: the causal checkpoint with the fingerprint of a data directory
+    switched to utterance CMVN, as training there records it) cannot stream; the model trained on global CMVN is
+    refused on that directory before, as any model on features other than its own."""
     data, checkpoint, files = causal
     utterance_cmvn = tmp_path / "data"
     shutil.copytree(data, utterance_cmvn)
     config = utterance_cmvn / "config.yaml"
-    config.write_text(config.read_text().replace("global_cmvn", "utterance_cmvn"))
-    with pytest.raises(ValueError, match="UtteranceCMVN, which needs the whole utterance"):
+    settings = yaml.safe_load(config.read_text())
+    settings["feature_transforms"] = {"_train": ["utterance_cmvn"], "*": ["utterance_cmvn"]}
+    del settings["global_cmvn"]
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    with pytest.raises(FeatureMismatchError, match=f"global CMVN from {data}/gcmvn.npz in the checkpoint"):
         StreamingTranscriber(checkpoint, data_dir=utterance_cmvn, device="cpu")
-    assert transcribe_main([str(files[0]), "--checkpoint", str(checkpoint), "--data-dir", str(utterance_cmvn),
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state["cfg"]["model"]["dictionary_fingerprint"]["features"] = feature_fingerprint(S2TDataConfig(config))
+    trained_there = tmp_path / "trained_on_utterance_cmvn.pt"
+    torch.save(state, trained_there)
+    with pytest.raises(ValueError, match="UtteranceCMVN, which needs the whole utterance") as error:
+        StreamingTranscriber(trained_there, data_dir=utterance_cmvn, device="cpu")
+    assert not isinstance(error.value, FeatureMismatchError)
+    capsys.readouterr()
+    assert transcribe_main([str(files[0]), "--checkpoint", str(trained_there), "--data-dir", str(utterance_cmvn),
                             "--stream", "--cpu"]) == 1
+    assert "UtteranceCMVN, which needs the whole utterance" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --chunk-ms without --stream: a usage error
         transcribe_main([str(files[0]), "--checkpoint", str(checkpoint), "--chunk-ms", "160"])

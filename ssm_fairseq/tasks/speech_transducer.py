@@ -9,12 +9,18 @@ for shallow fusion with a language model over the same units, with ``--lm-eos`` 
 stops, naming the utterance, at features with NaN or inf (training drops them: see the ``transducer``
 criterion); ``--arch`` must be a transducer.
 
-The model's configuration records the dictionary it is trained with: when training starts, ``build_model`` stores the
-SHA-256 of the dictionary of units and of the SentencePiece model (``config.yaml``'s ``vocab_filename`` and
-``bpe_tokenizer.sentencepiece_model``) as ``cfg.model.dictionary_fingerprint``, which fairseq saves in every
-checkpoint; building a model from a checkpoint (``fairseq-generate --path``, ``ssm_fairseq.transcribe``) refuses a
-data directory whose files differ (``DictionaryMismatchError``: its labels would decode to other units). Checkpoints
-saved before fingerprints are accepted with a warning.
+The model's configuration records the dictionary and the features it is trained with: when training starts,
+``build_model`` stores the SHA-256 of the dictionary of units and of the SentencePiece model (``config.yaml``'s
+``vocab_filename`` and ``bpe_tokenizer.sentencepiece_model``) and, as the role ``features``, the features of
+evaluation splits (``input_feat_per_channel``, the feature transforms for ``_eval`` splits with their options, e.g.
+``utterance_cmvn`` or ``global_cmvn``, and the SHA-256 of ``global_cmvn.stats_npz_path``) as
+``cfg.model.dictionary_fingerprint``, which fairseq saves in every checkpoint. Building a model from a checkpoint
+(``fairseq-generate --path``, ``ssm_fairseq.transcribe``) refuses a data directory whose dictionary files differ
+(``DictionaryMismatchError``: its labels would decode to other units), then one whose features differ
+(``FeatureMismatchError``: another CMVN, other global CMVN statistics, other transforms or width; the model would
+transcribe features normalised otherwise than in training). Files are compared by content: the same statistics at
+another path are accepted. Checkpoints saved before fingerprints, or before the features were recorded, are
+accepted with a warning.
 """
 from __future__ import annotations
 
@@ -31,8 +37,8 @@ from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.speech_to_text import SpeechToTextTask
 from omegaconf import DictConfig, open_dict
 
-from ..checkpoint_checks import FINGERPRINT_KEY, DictionaryMismatchError, dictionary_fingerprint, \
-    fingerprint_differences
+from ..checkpoint_checks import EVALUATION_SPLIT, FEATURES_ROLE, FINGERPRINT_KEY, DictionaryMismatchError, \
+    FeatureMismatchError, dictionary_fingerprint, feature_fingerprint, fingerprint_differences
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from ..models.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
@@ -83,7 +89,8 @@ class SpeechTransducerTask(SpeechToTextTask):
     Options besides ``speech_to_text``'s: ``--search exact|modified``, ``--max-symbols-per-frame N``,
     ``--blank-penalty P`` and ``--lm-eos`` / ``--no-lm-eos``; ``--beam``, ``--nbest``, ``--lenpen``,
     ``--unnormalized``, ``--lm-path`` and ``--lm-weight`` are fairseq's. Manifests
-    are checked when loaded, and the dictionary is checked against the one a checkpoint was trained with.
+    are checked when loaded, and the dictionary and features are checked against those a checkpoint was trained
+    with.
     """
 
     @classmethod
@@ -134,13 +141,16 @@ class SpeechTransducerTask(SpeechToTextTask):
             raise ValueError(f"transducer models read one feature channel; {self.args.config_yaml} "
                              f"sets input_channels: {self.data_cfg.input_channels}")
         if from_checkpoint:
-            self.check_dictionary(getattr(cfg, FINGERPRINT_KEY, None))
+            trained_with = getattr(cfg, FINGERPRINT_KEY, None)
+            self.check_dictionary(trained_with)
+            self.check_features(trained_with)
         with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
             cfg.input_feat_per_channel = self.data_cfg.input_feat_per_channel
         model = LegacyFairseqTask.build_model(self, cfg, from_checkpoint)
         if not from_checkpoint:  # training starts (or resumes): fairseq saves cfg.model in every checkpoint
             with open_dict(cfg) if isinstance(cfg, DictConfig) else nullcontext():
-                setattr(cfg, FINGERPRINT_KEY, self.dictionary_fingerprint())
+                setattr(cfg, FINGERPRINT_KEY, {**self.dictionary_fingerprint(),
+                                               FEATURES_ROLE: self.feature_fingerprint()})
         return model
 
     def dictionary_fingerprint(self) -> dict:
@@ -151,6 +161,11 @@ class SpeechTransducerTask(SpeechToTextTask):
         if model:
             files["sentencepiece_model"] = root / model
         return dictionary_fingerprint(files)
+
+    def feature_fingerprint(self) -> dict:
+        """The features this data directory gives splits not trained on (``checkpoint_checks.feature_fingerprint``:
+        ``input_feat_per_channel``, the ``_eval`` feature transforms, the global CMVN statistics' SHA-256)."""
+        return feature_fingerprint(self.data_cfg, EVALUATION_SPLIT)
 
     def check_dictionary(self, trained_with) -> None:
         """Refuse to decode a model trained with other dictionary files (``trained_with``: its stored fingerprint,
@@ -165,6 +180,23 @@ class SpeechTransducerTask(SpeechToTextTask):
             raise DictionaryMismatchError(f"trained with other dictionary files than {self.args.data}'s, so its "
                                           f"labels would decode to other units: {'; '.join(differences)}. Decode "
                                           f"with the data directory it was trained on")
+
+    def check_features(self, trained_with) -> None:
+        """Refuse to decode a model trained on other features (``trained_with``: its stored fingerprint; one
+        without the ``features`` role, saved by an earlier version, is accepted with a warning)."""
+        if FEATURES_ROLE not in (trained_with or {}):
+            logger.warning("the checkpoint records no feature fingerprint (saved by an earlier version): cannot check "
+                           f"that it was trained on the features of {self.args.data} (feature transforms, CMVN "
+                           f"statistics)")
+            return
+        differences = fingerprint_differences({FEATURES_ROLE: trained_with[FEATURES_ROLE]},
+                                              {FEATURES_ROLE: self.feature_fingerprint()},
+                                              "the checkpoint (at training)", "this data directory")
+        if differences:
+            config = Path(self.args.data) / self.args.config_yaml
+            raise FeatureMismatchError(f"trained on other features than {config} gives, so its transcripts would be "
+                                       f"garbage: {'; '.join(differences)}. Decode with the data directory it was "
+                                       f"trained on")
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         """As ``speech_to_text``, except what counts as a training split (SpecAugment, shuffling, fairseq's batch
