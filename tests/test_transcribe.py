@@ -188,6 +188,19 @@ def test_a_moved_data_directory_is_named_and_data_dir_finds_it(trained, tmp_path
         Transcriber(moved, data_dir=data, device="cpu")
 
 
+def test_a_checkpoint_of_an_earlier_release_decodes_with_the_later_options_at_their_defaults(trained, tmp_path):
+    """A checkpoint saved before ``--causal-encoder`` existed stores no such field; fairseq fills an architecture's
+    (``--arch mssm_transducer``) missing fields from nothing, so the model must (at their defaults)."""
+    data, checkpoint, files = trained
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)  # as fairseq stores it
+    assert state["cfg"]["model"]["_name"] == "mssm_transducer" and not state["cfg"]["model"].pop("causal_encoder")
+    older = tmp_path / "older.pt"
+    torch.save(state, older)
+    assert transcribe(files[:2], older, device="cpu", **SEARCH) == transcribe(files[:2], checkpoint, device="cpu",
+                                                                               **SEARCH)
+
+
 @pytest.mark.parametrize("precision, flag", [("bfloat16", "--bf16"), ("float16", "--fp16")])
 def test_half_precision_gives_fairseq_generates_hypotheses_in_that_precision(trained, tmp_path, precision, flag):
     data, checkpoint, files = trained

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ..modules.encoder_layer import EncoderLayer, LayerConfig
 from ..modules.feed_forward import ACTIVATIONS
-from .architecture import set_defaults
+from .architecture import fill_config_defaults, set_defaults
 from .task_check import require_text_task
 
 LAYER_TYPES = ("mssm", "local")
@@ -72,6 +72,7 @@ class MaskedSSMLanguageModel(FairseqEncoderModel):
     @classmethod
     def build_model(cls, cfg: MaskedLMConfig, task) -> "MaskedSSMLanguageModel":
         require_text_task("mssm_roberta", task, "masked_lm or sentence_prediction")
+        fill_config_defaults(cfg, MaskedLMConfig)  # a checkpoint of an earlier release
         if cfg.encoder_layer_type == "local" and not cfg.encoder_learned_pos:
             raise ValueError("--encoder-layer-type local needs --encoder-learned-pos: windowed attention alone "
                              "does not see token order")

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
-from .architecture import set_defaults
+from .architecture import fill_config_defaults, set_defaults
 from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
@@ -68,6 +68,7 @@ class SpadeLanguageModel(FairseqLanguageModel):
     @classmethod
     def build_model(cls, cfg: SpadeLMConfig, task) -> "SpadeLanguageModel":
         require_text_task("spade_lm", task, "language_modeling")
+        fill_config_defaults(cfg, SpadeLMConfig)  # a checkpoint of an earlier release
         dictionary = task.source_dictionary
         if cfg.adaptive_input:
             embed_tokens = AdaptiveInput(

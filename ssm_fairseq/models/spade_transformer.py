@@ -23,7 +23,7 @@ from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.relative_position import RelativePositionBias
 from ..modules.spade_layer import SpadeLayer
-from .architecture import set_defaults
+from .architecture import fill_config_defaults, set_defaults
 from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
@@ -86,6 +86,7 @@ class SpadeTransformerModel(FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, cfg: SpadeTransformerConfig, task) -> "SpadeTransformerModel":
         require_text_task("spade_transformer", task, "translation or denoising")
+        fill_config_defaults(cfg, SpadeTransformerConfig)  # a checkpoint of an earlier release
         source, target = task.source_dictionary, task.target_dictionary
         encoder_embed = _embedding(source, cfg.embed_dim)
         if cfg.share_all_embeddings:

@@ -20,7 +20,7 @@ from ..modules.multihead_ssm import GATINGS
 from ..modules.predictor import Predictor
 from ..modules.speech_encoder import SpeechEncoder
 from ..modules.subsampling import SUBSAMPLERS, subsampling_stride
-from .architecture import set_defaults
+from .architecture import fill_config_defaults, set_defaults
 from .task_check import require_speech_task
 
 # the paper's encoder layers; ``local`` (sliding window, the masked LM's baseline) has no positions to offer speech
@@ -91,6 +91,7 @@ class TransducerModel(BaseFairseqModel):
     @classmethod
     def build_model(cls, cfg: TransducerConfig, task) -> "TransducerModel":
         require_speech_task("transducer", task)
+        fill_config_defaults(cfg, TransducerConfig)  # a checkpoint of an earlier release
         if cfg.causal_encoder and cfg.subsampler == "conv":
             raise ValueError("--causal-encoder needs --subsampler tr or ms: the conv sub-sampler looks ahead")
         if cfg.aux_ctc_every and cfg.aux_ctc_every >= cfg.encoder_layers:
