@@ -314,3 +314,27 @@ def test_switching_cmvn_on_a_prepared_directory_is_refused(tmp_path, caplog):
     assert run(corpus, out, "--overwrite-cmvn") == 0
     assert yaml.safe_load(config.read_text())["feature_transforms"]["*"] == ["utterance_cmvn"]
     assert "global_cmvn" not in yaml.safe_load(config.read_text()) and not stats.exists()
+
+
+def test_evaluation_subsets_are_added_to_a_prepared_directory(tmp_path, caplog):
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+
+    def prepare(subsets: str, *extra: str) -> int:
+        return prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets", subsets,
+                                         "--vocab-size", "24", "--jobs", "1", *extra])
+
+    assert prepare("test-fixture") == 1  # nothing prepared to add it to
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "no prepared vocabulary to add them to" in errors[0], errors
+    assert "'test-fixture'" in errors[0] and not (out / "test-fixture.tsv").exists()
+    assert prepare("train-fixture", "--cmvn", "global") == 0
+    kept = {path: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    caplog.clear()
+    assert prepare("test-fixture") == 1  # the directory's CMVN is global
+    assert any("--cmvn utterance" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert prepare("test-fixture", "--cmvn", "global", "--vocab-size", "30") == 0
+    assert {path: path.read_bytes() for path in kept} == kept  # vocabulary, config.yaml, gcmvn.npz as they were
+    rows = read_manifest(out / "test-fixture.tsv")
+    assert {row["id"] for row in rows} == {f"{chapter}-{n:04d}" for chapter, lines in
+                                           TRANSCRIPTS["test-fixture"].items() for n, _ in enumerate(lines)}
+    assert all((out / row["audio"]).is_file() for row in rows)

@@ -39,6 +39,11 @@ same way a run whose ``--cmvn`` differs from the one the existing ``config.yaml`
 feature is computed, unless ``--overwrite-cmvn`` is given; with ``--cmvn global``, statistics that differ from the
 ``gcmvn.npz`` already there (other training audio) replace it with a warning, as a changed ``config.yaml`` does.
 
+A run whose subsets include no training subset adds them to a prepared ``--out``: their features and manifests
+are written with the vocabulary and ``config.yaml`` already there, which stay as they are (``--vocab-size`` and
+the SpecAugment options are then unused; ``--cmvn`` must be the directory's), so models trained on ``--out``
+decode them: ``--subsets test-other`` after a preparation of ``train-clean-100,dev-clean,test-clean``.
+
     ssm-prepare-librispeech --librispeech-root LibriSpeech --out data --vocab-size 4096
 
 (``python scripts/prepare_librispeech.py`` in the repository runs the same ``main``.)
@@ -351,6 +356,23 @@ def configured_cmvn(config: dict) -> str:
     return "global" if "global_cmvn" in names else "utterance" if "utterance_cmvn" in names else "none"
 
 
+def prepared_vocabulary(out: Path, subsets: list[str]) -> str:
+    """The vocabulary (``spm_unigram{V}``) of the data directory ``out`` that evaluation ``subsets`` are added to:
+    a run without training subsets keeps ``out``'s SentencePiece model, dictionary and ``config.yaml``. Raises
+    ``ValueError`` when ``out`` has no prepared vocabulary to add them to."""
+    path = out / "config.yaml"
+    config = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+    vocabulary = config.get("vocab_filename")
+    model = (config.get("bpe_tokenizer") or {}).get("sentencepiece_model")
+    missing = [name for name in (vocabulary, model) if name and not (out / name).is_file()]
+    if not vocabulary or not model or missing:
+        raise ValueError(f"none of {subsets} is a training subset (--train-subsets, or by default the subsets whose "
+                         f"name starts with 'train') and {out} has no prepared vocabulary to add them to "
+                         f"({path}{': missing ' + ', '.join(missing) if missing else ' names none'}): prepare the "
+                         f"training subsets first, or with them")
+    return Path(vocabulary).stem
+
+
 def check_cmvn(out: Path, cmvn: str, overwrite: bool) -> None:
     """``CmvnError`` if ``out/config.yaml`` exists and applies another CMVN than ``cmvn`` (unless ``overwrite``, which
     logs a warning): models trained on ``out`` were trained on features normalised the other way."""
@@ -444,12 +466,13 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
         raise ValueError(f"--cmvn {cmvn}: expected one of {', '.join(CMVN_CHOICES)}")
     if not set(train_subsets) <= set(subsets):
         raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
-    if cmvn == "global" and not train_subsets:
+    if cmvn == "global" and not train_subsets and not (out / "config.yaml").is_file():
         raise ValueError(f"--cmvn global computes its statistics on the training subsets, and none of {subsets} is "
                          f"one (--train-subsets, or by default the subsets whose name starts with 'train'): prepare "
                          f"the training subsets with them, or use --cmvn utterance")
     out.mkdir(parents=True, exist_ok=True)
     check_cmvn(out, cmvn, overwrite_cmvn)
+    added_to = None if train_subsets else prepared_vocabulary(out, subsets)  # evaluation subsets only
     kept: dict[str, list[Utterance]] = {}
     frames: dict[str, dict[str, int]] = {}
     sums: dict[str, np.ndarray | None] = {}  # subset -> its feature_sums (--cmvn global, training subsets)
@@ -473,9 +496,16 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
         all_problems += problems
     if all_problems and not skip_bad:
         raise CorpusError(all_problems)
+    if added_to is not None:
+        for subset in subsets:
+            write_manifest(out / f"{subset}.tsv", kept[subset], frames[subset], out)
+            logger.info(f"{subset}: {len(kept[subset])} utterances -> {out / subset}.tsv, with the vocabulary "
+                        f"{added_to} and the config.yaml already in {out} (unchanged)")
+        return
     texts = [u.text for subset in train_subsets for u in kept[subset]]
     if not texts:
-        raise CorpusError([f"no training transcripts in {train_subsets} to train SentencePiece on"])
+        raise ValueError(f"no training transcripts in {train_subsets} to train SentencePiece on (every utterance was "
+                         f"left out: see their .rejected.tsv)")
     with tempfile.TemporaryDirectory(prefix=".spm-", dir=out) as scratch:
         trained = Path(scratch) / f"spm_unigram{vocab_size}"
         train_sentencepiece(texts, trained, vocab_size)
