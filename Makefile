@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests  # the 25 slowest, to keep the suite short
 
 # Trains and decodes a small MSSM transducer on the shipped mini corpus (CPU; resumes if run again).
 demo: setup

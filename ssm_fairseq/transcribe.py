@@ -65,7 +65,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from .audio_features import (FRAME_SHIFT_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames,
                              filterbank_features)
-from .checkpoint_checks import naming_the_checkpoint
+from .checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .generation.transducer_generator import NonFiniteScoreError
 from .generation.word_timestamps import TimedWord, word_timestamps
@@ -75,7 +75,6 @@ from .tasks.speech_transducer import SEARCHES
 logger = logging.getLogger("ssm_fairseq.transcribe")
 
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
-EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
