@@ -37,7 +37,7 @@ import torch
 import torchaudio
 
 SAMPLE_RATE = 16000
-SUBSETS = ("train-mini", "dev-mini", "test-mini")
+SUBSETS = ("train-mini", "dev-mini", "test-mini", "test-large")
 MIN_WORDS, MAX_WORDS = 4, 12
 
 # --- The grammar. Nouns are (singular, plural) pairs; places only take the singular. ---
@@ -185,8 +185,9 @@ def lm_sentences(count: int, held_out: set[str], seed: int) -> list[str]:
     return sentences
 
 
-def make_splits(n_train: int, n_dev: int, n_test: int, seed: int) -> dict[str, list[str]]:
+def make_splits(n_train: int, n_dev: int, n_test: int, seed: int, n_test_large: int = 0) -> dict[str, list[str]]:
     """Sentences per subset: distinct sentences throughout, dev and test only use words seen in train.
+    ``test-large`` is drawn last, so the other subsets do not depend on its size.
 
     Pure: the same arguments give the same sentences. Raises ``ValueError`` when about 100 draws per sentence
     do not find enough of them.
@@ -195,7 +196,7 @@ def make_splits(n_train: int, n_dev: int, n_test: int, seed: int) -> dict[str, l
     seen: set[str] = set()
     splits: dict[str, list[str]] = {}
     train_words: set[str] = set()
-    for subset, count in zip(SUBSETS, (n_train, n_dev, n_test)):
+    for subset, count in zip(SUBSETS, (n_train, n_dev, n_test, n_test_large)):
         sentences: list[str] = []
         for _ in range(100 * count + 1000):
             if len(sentences) == count:
@@ -349,7 +350,7 @@ A small synthetic speech corpus in LibriSpeech layout for the RNN-T demo, made w
 
 The sentences are synthetic text from the script's own grammar (upper case, no punctuation, {MIN_WORDS} to
 {MAX_WORDS} words, {len(words)} distinct words), read by {version}. No dev or test sentence occurs in
-train, but all their words do. Every speaker reads in all three subsets, so dev and test measure new sentences
+train, but all their words do. Every speaker reads in every subset, so dev and test measure new sentences
 from known speakers, not new speakers.
 
 Audio: 16 kHz mono FLAC, 8-bit (rounded, no dither), leading and trailing silence trimmed to a 50 ms margin.
@@ -374,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train", type=int, default=600, help="train-mini utterances")
     parser.add_argument("--dev", type=int, default=60, help="dev-mini utterances")
     parser.add_argument("--test", type=int, default=60, help="test-mini utterances")
+    parser.add_argument("--test-large", type=int, default=600,
+                        help="test-large utterances: more test sentences from the same speakers, whose WER varies "
+                             "about a third as much by chance as test-mini's 60 do")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--force", action="store_true", help="replace an existing OUT/LibriSpeech")
     parser.add_argument("--log-every", type=int, default=50, help="log progress every N utterances")
@@ -384,8 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if args.lm_text is not None:
-        splits = make_splits(args.train, args.dev, args.test, args.seed)
-        held_out = set(splits[SUBSETS[1]]) | set(splits[SUBSETS[2]])
+        splits = make_splits(args.train, args.dev, args.test, args.seed, args.test_large)
+        held_out = {text for subset in SUBSETS[1:] for text in splits[subset]}
         args.lm_text.write_text("".join(f"{text}\n" for text in lm_sentences(args.lm_sentences, held_out, args.seed)))
         logging.info("wrote %d sentences to %s", args.lm_sentences, args.lm_text)
         return
@@ -398,11 +402,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{root} exists; pass --force to replace it")
         shutil.rmtree(root)
 
-    splits = make_splits(args.train, args.dev, args.test, args.seed)
+    splits = make_splits(args.train, args.dev, args.test, args.seed, args.test_large)
     speakers = make_speakers(args.seed)
     seconds = write_corpus(assign(splits, speakers, args.seed), root, args.log_every)
     command = (f"python scripts/make_mini_librispeech.py --out {args.out} --train {args.train} --dev {args.dev} "
-               f"--test {args.test} --seed {args.seed}")
+               f"--test {args.test} --test-large {args.test_large} --seed {args.seed}")
     write_readme(args.out, command, speakers, splits, seconds)
     logging.info("wrote %s: %s minutes, %d bytes", args.out, {k: round(v / 60, 1) for k, v in seconds.items()},
                  folder_bytes(args.out))

@@ -19,7 +19,7 @@ _spec.loader.exec_module(mini)
 
 @pytest.fixture(scope="module")
 def splits() -> dict[str, list[str]]:
-    return mini.make_splits(600, 60, 60, seed=1)
+    return mini.make_splits(600, 60, 60, seed=1, n_test_large=600)
 
 
 def _words(sentences: list[str]) -> set[str]:
@@ -37,14 +37,14 @@ def test_sentences_have_4_to_12_upper_case_words():
 
 
 def test_split_sizes_and_distinct_sentences(splits):
-    assert [len(splits[subset]) for subset in mini.SUBSETS] == [600, 60, 60]
+    assert [len(splits[subset]) for subset in mini.SUBSETS] == [600, 60, 60, 600]
     everything = [text for sentences in splits.values() for text in sentences]
     assert len(set(everything)) == len(everything)
 
 
 def test_dev_and_test_are_new_sentences_of_train_words(splits):
     train = splits["train-mini"]
-    for subset in ("dev-mini", "test-mini"):
+    for subset in ("dev-mini", "test-mini", "test-large"):
         assert not set(splits[subset]) & set(train)
         assert _words(splits[subset]) <= _words(train)
 
@@ -56,8 +56,14 @@ def test_vocabulary_is_a_few_hundred_words(splits):
 
 
 def test_splits_are_deterministic_per_seed(splits):
-    assert mini.make_splits(600, 60, 60, seed=1) == splits
-    assert mini.make_splits(600, 60, 60, seed=2) != splits
+    assert mini.make_splits(600, 60, 60, seed=1, n_test_large=600) == splits
+    assert mini.make_splits(600, 60, 60, seed=2, n_test_large=600) != splits
+
+
+def test_test_large_is_drawn_last_so_the_other_subsets_do_not_depend_on_it(splits):
+    without = mini.make_splits(600, 60, 60, seed=1)
+    assert without["test-large"] == [] and all(without[s] == splits[s] for s in mini.SUBSETS[:3])
+    assert mini.make_splits(600, 60, 60, seed=1, n_test_large=600 + 60)["test-large"][:600] == splits["test-large"]
 
 
 def test_running_out_of_sentences_is_a_clear_error():
@@ -92,17 +98,26 @@ def _transcripts(subset: Path) -> dict[str, str]:
 def test_committed_corpus_has_librispeech_layout():
     root = CORPUS / "LibriSpeech"
     texts = {subset: _transcripts(root / subset) for subset in mini.SUBSETS}
-    assert [len(texts[subset]) for subset in mini.SUBSETS] == [600, 60, 60]
+    assert [len(texts[subset]) for subset in mini.SUBSETS] == [600, 60, 60, 600]
     for subset, lines in texts.items():
         flacs = {path.stem: path for path in (root / subset).glob("*/*/*.flac")}
         assert set(flacs) == set(lines), subset
         for path in flacs.values():
             info = sf.info(path)
             assert (info.samplerate, info.channels) == (16000, 1) and info.frames > 0, path
-    train = set(texts["train-mini"].values())
-    assert not train & set(texts["dev-mini"].values()) and not train & set(texts["test-mini"].values())
+    held_out = [text for subset in mini.SUBSETS[1:] for text in texts[subset].values()]
+    assert len(set(held_out)) == len(held_out) and not set(texts["train-mini"].values()) & set(held_out)
+    assert texts == _made_by_the_generator()  # the committed transcripts are the generator's (seed 1)
     size = sum(path.stat().st_size for path in CORPUS.rglob("*") if path.is_file())
-    assert size <= 10_000_000
+    assert size <= 17_000_000
+
+
+def _made_by_the_generator() -> dict[str, dict[str, str]]:
+    utterances = mini.assign(mini.make_splits(600, 60, 60, seed=1, n_test_large=600), mini.make_speakers(1), seed=1)
+    texts: dict[str, dict[str, str]] = {subset: {} for subset in mini.SUBSETS}
+    for utterance in utterances:
+        texts[utterance.subset][utterance.id] = utterance.text
+    return texts
 
 
 def test_lm_text_holds_no_dev_or_test_sentence_of_the_committed_corpus(tmp_path):
@@ -112,8 +127,8 @@ def test_lm_text_holds_no_dev_or_test_sentence_of_the_committed_corpus(tmp_path)
     sentences = out.read_text().splitlines()
     assert len(sentences) == 3000 and len(set(sentences)) > 2000
     root = REPO / "recipes/librispeech/mini/LibriSpeech"
-    held_out = set(_transcripts(root / "dev-mini").values()) | set(_transcripts(root / "test-mini").values())
-    assert len(held_out) == 120 and not held_out & set(sentences)
+    held_out = {text for subset in mini.SUBSETS[1:] for text in _transcripts(root / subset).values()}
+    assert len(held_out) == 720 and not held_out & set(sentences)
     assert set(" ".join(sentences).split()) <= mini.vocabulary()
 
 
