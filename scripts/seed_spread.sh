@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the LibriSpeech recipe with several training seeds on one data preparation and prints each seed's WER
-# and the mean, min and max over seeds: one seed is an anecdote.
+# and the mean, min, max and max / min over seeds: one seed is an anecdote. How much of that spread a test set of
+# a given size shows by chance: scripts/spread_by_test_size.py WORK.
 #
 #   scripts/seed_spread.sh [--conf FILE] [--seeds "1 2 3 4 5"] [--work-dir DIR] [--arch NAME] [--jobs N]
 #
@@ -130,4 +131,6 @@ for seed, model, wers in rows:
 columns = list(zip(*(wers for _, _, wers in rows)))
 for name, stat in (("mean", statistics.fmean), ("min", min), ("max", max)):
     print(f"| {name} | {len(rows)} seeds | {' | '.join(f'{stat(c):.2f}' for c in columns)} |")
+ratios = [f"{max(c) / min(c):.2f}" if min(c) > 0 else "-" for c in columns]  # worst / best
+print(f"| max / min | {len(rows)} seeds | {' | '.join(ratios)} |")
 EOF

@@ -54,7 +54,16 @@ def test_seed_spread_trains_each_seed_and_summarises(corpus, tmp_path):
     values = sorted(wers.values())
     assert f"| mean | 2 seeds | {sum(values) / 2:.2f} |" in out
     assert f"| min | 2 seeds | {values[0]:.2f} |" in out and f"| max | 2 seeds | {values[1]:.2f} |" in out
+    ratio = f"{values[1] / values[0]:.2f}" if values[0] > 0 else "-"
+    assert f"| max / min | 2 seeds | {ratio} |" in out
     assert (work / "seed_spread.md").read_text() in out
+    # the same WERs recomputed from the decodings' lines, and on the whole test set the same worst / best
+    utterances = len((work / "data/test-fixture.tsv").read_text().splitlines()) - 1
+    resampled = run_ok([sys.executable, "scripts/spread_by_test_size.py", str(work), "--subset", "test-fixture",
+                        "--sizes", "1", str(utterances), "--draws", "20"])
+    assert all(f"seed{seed} {wer:.2f}" in resampled for seed, wer in wers.items())
+    if values[0] > 0:
+        assert re.search(rf"^\| {utterances} \| {ratio} \| {ratio} \| ", resampled, flags=re.M), resampled
 
     again = run_ok(["bash", "scripts/seed_spread.sh", "--seeds", "3 7", "--work-dir", str(work)], env=_env(corpus))
     assert again.count("exists, not re-run") == 2 and f"| min | 2 seeds | {values[0]:.2f} |" in again
