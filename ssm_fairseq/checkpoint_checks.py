@@ -20,7 +20,9 @@ of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task 
 
 What is compared: every field of the stored model configuration (``cfg.model``) except dropout rates (fields whose
 name contains ``dropout`` or ``layerdrop``: regularisation, which a resumed or fine-tuned run may change) and the
-architecture's name (``_name``: ``--arch mssm_transducer`` and the same fields set by flags are the same model).
+architecture's name (``_name``: ``--arch mssm_transducer`` and the same fields set by flags are the same model);
+a field that one configuration lacks (a checkpoint saved before the field existed) counts as the model's default
+for it.
 ``dictionary_fingerprint`` (filled by the ``speech_transducer`` task when training starts) is compared by content,
 not by paths: the digests of the dictionary and SentencePiece model (``dictionary_fingerprint()``) and, under the role
 ``features`` (``feature_fingerprint()``), the features the model was trained on: ``input_feat_per_channel``, the
@@ -49,6 +51,8 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.trainer import Trainer
 from omegaconf import OmegaConf
+
+from .models.architecture import registered_config_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -236,11 +240,17 @@ def config_differences(first: Any, second: Any, first_label: str, second_label: 
     if isinstance(first, Namespace) or isinstance(second, Namespace):  # argparse models: the whole command line
         first, second = ({"arch": getattr(c, "arch", None) if isinstance(c, Namespace) else c.get("_name")}
                          for c in (first, second))
+    # a field that one side lacks (saved before it existed) has its default there: what that release did
+    defaults = registered_config_defaults(first.get("_name") or second.get("_name"))
     missing = object()
-    differences = [f"{name}: {_shown(first.get(name, missing))} in {first_label}, "
-                   f"{_shown(second.get(name, missing))} in {second_label}"
+
+    def value(cfg: Mapping, name: str) -> Any:
+        return cfg.get(name, defaults.get(name, missing))
+
+    differences = [f"{name}: {_shown(value(first, name))} in {first_label}, {_shown(value(second, name))} in "
+                   f"{second_label}"
                    for name in sorted(first.keys() | second.keys(), key=_field_order(first, second))
-                   if is_architecture_field(name) and not _same(first.get(name, missing), second.get(name, missing))]
+                   if is_architecture_field(name) and not _same(value(first, name), value(second, name))]
     return differences + fingerprint_differences(first.get(FINGERPRINT_KEY), second.get(FINGERPRINT_KEY),
                                                  first_label, second_label)
 

@@ -298,6 +298,17 @@ def test_averaging_and_resuming_compare_features_by_content(tmp_path):
     assert config_differences(model(features), {"dictionary_fingerprint": {}}, "A", "B") == []  # an older one
 
 
+def test_a_field_that_an_earlier_release_lacked_compares_as_its_default():
+    """A checkpoint saved before ``--causal-encoder`` existed has no such field: it resumes and averages with a
+    run that leaves the field at its default, not with one that sets it."""
+    older = {"_name": "mssm_transducer", "encoder_layers": 4}
+    assert config_differences(older, {**older, "causal_encoder": False}, "A", "B") == []
+    assert config_differences(older, {**older, "causal_encoder": True}, "A", "B") == [
+        "causal_encoder: False in A, True in B"]
+    assert config_differences({"_name": "no_such_arch", "x": 1}, {"_name": "no_such_arch"}, "A", "B") == [
+        "x: 1 in A, (absent) in B"]  # no dataclass to ask: absent is a difference
+
+
 def test_resuming_with_other_architecture_flags_is_refused_and_dropout_may_change(trained, tmp_path):
     """``--ssm-gating glu`` on an ``ihg`` checkpoint keeps every shape: fairseq would train on from it."""
     data, checkpoints = trained

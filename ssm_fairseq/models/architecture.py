@@ -1,4 +1,6 @@
 """Helpers for fairseq architecture functions and model configurations."""
+from __future__ import annotations
+
 import dataclasses
 import logging
 
@@ -14,6 +16,31 @@ def set_defaults(args, **defaults) -> None:
         setattr(args, name, safe_getattr(args, name, value))
 
 
+def config_defaults(config_class) -> dict:
+    """``{field: default}`` of a model's dataclass configuration, without fields that have no default or whose
+    default refers to another part of the configuration (``${...}``)."""
+    defaults = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            continue
+        if not (isinstance(value, str) and value.startswith("${")):
+            defaults[field.name] = value
+    return defaults
+
+
+def registered_config_defaults(name: str | None) -> dict:
+    """``config_defaults`` of the dataclass of the model or architecture registered as ``name`` (``{}`` when
+    there is none: an unknown name, or a model configured by argparse alone)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    model = ARCH_MODEL_REGISTRY.get(name) or MODEL_REGISTRY.get(name)
+    config_class = getattr(model, "__dataclass", None)
+    return config_defaults(config_class) if dataclasses.is_dataclass(config_class) else {}
+
+
 def fill_config_defaults(cfg, config_class) -> None:
     """Give ``cfg`` (a ``DictConfig`` or ``argparse.Namespace``) every field of the dataclass ``config_class`` it
     lacks, at the field's default.
@@ -24,19 +51,8 @@ def fill_config_defaults(cfg, config_class) -> None:
     checkpoint would not load. Fields whose default refers to another part of the configuration (``${...}``) are
     left alone.
     """
-    missing = {}
-    for field in dataclasses.fields(config_class):
-        if hasattr(cfg, field.name) if not isinstance(cfg, DictConfig) else field.name in cfg:
-            continue
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            value = field.default_factory()
-        else:
-            continue
-        if isinstance(value, str) and value.startswith("${"):
-            continue
-        missing[field.name] = value
+    missing = {name: value for name, value in config_defaults(config_class).items()
+               if not (name in cfg if isinstance(cfg, DictConfig) else hasattr(cfg, name))}
     if not missing:
         return
     logger.info(f"model configuration without {', '.join(missing)} (saved by an earlier release): using the "
