@@ -15,6 +15,7 @@ fails otherwise).
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import re
 import statistics
@@ -52,6 +53,13 @@ def wer(errors: dict[int, tuple[int, int]], ids: list[int]) -> float:
     return 100 * sum(errors[i][0] for i in ids) / sum(errors[i][1] for i in ids)
 
 
+def worst_over_best(wers: list[float]) -> float:
+    """max / min of the models' WERs: 1 when all are 0, infinite when only the best is 0."""
+    if min(wers) > 0:
+        return max(wers) / min(wers)
+    return 1.0 if max(wers) == 0 else math.inf
+
+
 def spread_by_size(models: dict[str, dict[int, tuple[int, int]]], sizes: list[int], draws: int, ratio: float,
                    seed: int = 0) -> list[dict]:
     """Per size: ``{"size", "median", "p90", "share"}`` of worst / best WER over ``draws`` random subsets (the
@@ -61,7 +69,7 @@ def spread_by_size(models: dict[str, dict[int, tuple[int, int]]], sizes: list[in
     rows = []
     for size in sizes:
         samples = [ids] if size == len(ids) else [rng.sample(ids, size) for _ in range(draws)]
-        ratios = sorted(max(w) / min(w) for w in ([wer(e, s) for e in models.values()] for s in samples))
+        ratios = sorted(worst_over_best([wer(e, s) for e in models.values()]) for s in samples)
         rows.append({"size": size, "median": statistics.median(ratios),
                      "p90": ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))],
                      "share": sum(r <= ratio for r in ratios) / len(ratios)})

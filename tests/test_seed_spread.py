@@ -18,6 +18,7 @@ from librispeech_fixture import write_fixture
 
 sys.path.insert(0, str(REPO / "scripts"))
 import check_learning  # noqa: E402
+import spread_by_test_size  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -126,3 +127,25 @@ def test_check_learning_refuses_a_reference_shorter_than_the_epochs(tmp_path):
     result = subprocess.run([sys.executable, "scripts/check_learning.py", "--epochs", "3", "--reference",
                              str(reference), "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "has no loss for epoch(s) [2, 3]" in result.stderr
+
+
+def _generate_output(path: Path, pairs: list[tuple[str, str]], printed_wer: float) -> None:
+    """A ``generate-test-x.txt`` as fairseq-generate writes it: T- and D- lines per sample, then the WER line."""
+    path.parent.mkdir(parents=True)
+    lines = [f"T-{i}\t{ref}\nD-{i}\t-1.0\t{hyp}" for i, (ref, hyp) in enumerate(pairs)]
+    path.write_text("\n".join(lines) + f"\nGenerate test-x with beam=4: WER: {printed_wer:.2f}\n")
+
+
+def test_spread_by_test_size_recomputes_each_wer_and_refuses_one_that_differs(tmp_path, capsys):
+    pairs = {"seed1": [("a b c d", "a b c d"), ("e f g h", "e f x h")],  # 1 error in 8 words
+             "seed2": [("a b c d", "a x c"), ("e f g h", "e f g h")]}  # 2 errors in 8 words
+    for seed, rows in pairs.items():
+        errors = sum(spread_by_test_size.editdistance.eval(r.split(), h.split()) for r, h in rows)
+        _generate_output(tmp_path / seed / "decode/m/test-x/generate-test-x.txt", rows, 100 * errors / 8)
+    assert spread_by_test_size.main([str(tmp_path), "--subset", "test-x", "--sizes", "1", "2", "--draws", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "seed1 12.50 seed2 25.00" in out and "| 2 | 2.00 | 2.00 | 0% |" in out
+    assert re.search(r"^\| 1 \| (1\.00|inf) \|", out, flags=re.M)  # one utterance: one seed may score 0
+    _generate_output(tmp_path / "seed3/decode/m/test-x/generate-test-x.txt", pairs["seed1"], 50.0)  # a wrong WER
+    assert spread_by_test_size.main([str(tmp_path), "--subset", "test-x"]) == 1
+    assert "WER recomputed from its lines is 12.50, the file says 50.00" in capsys.readouterr().err
