@@ -3,7 +3,8 @@ import torch
 
 from kernel_cases import KERNEL_CASES, make_kernel
 from ssm_fairseq.ssm import fft_conv
-from ssm_fairseq.ssm.recurrence import DiagonalRecurrence, Recurrence
+from ssm_fairseq.ssm.discretization import bilinear_dense, bilinear_low_rank
+from ssm_fairseq.ssm.recurrence import DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
 
 TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4}
 # Kernels whose definition depends on the length L they are computed for: S4's kernel is built for l_max (its C is
@@ -104,3 +105,37 @@ def test_bad_step_input():
         rec.step(torch.randn(2, 3), state)
     with pytest.raises(ValueError, match=r"state of shape \(2, 4, 6\) does not match input \(5, 4\)"):
         rec.step(torch.randn(5, 4), state)
+
+
+def random_low_rank_system(H: int = 3, N: int = 6):
+    """A random ``A = diag(Lambda) - P P^*`` (stable diagonal), ``B``, ``C``, ``D`` and ``dt``, in complex128."""
+    Lambda = torch.complex(-torch.rand(N, dtype=torch.float64) - 0.1, torch.randn(N, dtype=torch.float64))
+    P, B = torch.randn(N, dtype=torch.complex128), torch.randn(H, N, dtype=torch.complex128)
+    C, D = torch.randn(2, H, N, dtype=torch.complex128), torch.randn(2, H, dtype=torch.float64)
+    dt = torch.rand(H, dtype=torch.float64) * 0.5 + 0.01
+    return Lambda, P, B, C, D, dt
+
+
+def test_bilinear_low_rank_equals_the_dense_bilinear_rule():
+    """``diag(g) + U^T V`` and ``dB`` equal the textbook ``(I - dt A / 2)^-1 (I + dt A / 2)``, ``(I - dt A / 2)^-1 dt B``
+    of the dense matrix ``A = diag(Lambda) - P P^*``."""
+    Lambda, P, B, _, _, dt = random_low_rank_system()
+    A = (torch.diag(Lambda) - P.unsqueeze(-1) * P.conj()).expand(len(dt), -1, -1)
+    dA, dB = bilinear_dense(A, B, dt)
+    g, U, V, dB_low_rank = bilinear_low_rank(Lambda, P, B, dt)
+    assert U.shape == V.shape == (2,) + tuple(B.shape)
+    torch.testing.assert_close(torch.diag_embed(g) + torch.einsum("khn,khm->hnm", U, V), dA, atol=1e-12, rtol=0)
+    torch.testing.assert_close(dB_low_rank, dB, atol=1e-12, rtol=0)
+
+
+def test_low_rank_steps_equal_dense_steps():
+    """``LowRankRecurrence`` steps like ``DenseRecurrence`` built from the same system's dense matrices."""
+    Lambda, P, B, C, D, dt = random_low_rank_system()
+    A = (torch.diag(Lambda) - P.unsqueeze(-1) * P.conj()).expand(len(dt), -1, -1)
+    dense = DenseRecurrence(*bilinear_dense(A, B, dt), C, D)
+    low_rank = LowRankRecurrence(*bilinear_low_rank(Lambda, P, B, dt), C, D)
+    u = torch.randn(2, len(dt), 20, dtype=torch.float64)
+    y_dense, state_dense = dense.chunk(u, dense.initial_state(2))
+    y_low_rank, state_low_rank = low_rank.chunk(u, low_rank.initial_state(2))
+    torch.testing.assert_close(y_low_rank, y_dense, atol=1e-10, rtol=0)
+    torch.testing.assert_close(state_low_rank, state_dense, atol=1e-10, rtol=0)

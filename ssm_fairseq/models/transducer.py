@@ -98,6 +98,18 @@ class TransducerModel(BaseFairseqModel):
             raise ValueError(f"--aux-ctc-every {cfg.aux_ctc_every} takes outputs below the top layer: it needs more "
                              f"than {cfg.aux_ctc_every} encoder layers, got --encoder-layers {cfg.encoder_layers}")
         dictionary = task.target_dictionary
+        encoder = cls.build_encoder(cfg)
+        predictor = Predictor(
+            len(dictionary), cfg.predictor_embed_dim, cfg.predictor_hidden_dim, cfg.predictor_layers,
+            cfg.predictor_dropout, padding_idx=dictionary.pad(),
+        )
+        joiner = Joiner(cfg.encoder_embed_dim, cfg.predictor_hidden_dim, cfg.joint_dim, len(dictionary),
+                        cfg.joiner_activation)
+        return cls(cfg, dictionary, encoder, predictor, joiner)
+
+    @staticmethod
+    def build_encoder(cfg: TransducerConfig) -> SpeechEncoder:
+        """The speech encoder that ``cfg`` describes (also what the encoder benchmarks build)."""
         layer_cfg = LayerConfig(
             dim=cfg.encoder_embed_dim,
             ffn_dim=cfg.encoder_ffn_embed_dim,
@@ -113,7 +125,7 @@ class TransducerModel(BaseFairseqModel):
             dropout=cfg.dropout,
             causal=cfg.causal_encoder,
         )
-        encoder = SpeechEncoder(
+        return SpeechEncoder(
             cfg.encoder_type,
             cfg.encoder_layers,
             layer_cfg,
@@ -124,13 +136,6 @@ class TransducerModel(BaseFairseqModel):
             positions=cfg.encoder_positions,
             intermediate_every=cfg.aux_ctc_every,
         )
-        predictor = Predictor(
-            len(dictionary), cfg.predictor_embed_dim, cfg.predictor_hidden_dim, cfg.predictor_layers,
-            cfg.predictor_dropout, padding_idx=dictionary.pad(),
-        )
-        joiner = Joiner(cfg.encoder_embed_dim, cfg.predictor_hidden_dim, cfg.joint_dim, len(dictionary),
-                        cfg.joiner_activation)
-        return cls(cfg, dictionary, encoder, predictor, joiner)
 
     def max_positions(self) -> tuple[int, int]:
         return self.cfg.max_source_positions, self.cfg.max_target_positions

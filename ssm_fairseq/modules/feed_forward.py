@@ -1,6 +1,14 @@
-"""The position-wise feed-forward block of transformer-style layers."""
+"""The position-wise feed-forward block of transformer-style layers.
+
+In training the block keeps, for its backward pass, only its input, the first linear's output ``h`` and the dropout
+mask (one byte a unit); the activation and the dropped activations are recomputed from ``h``. Plain autograd would
+also keep the activation's output: at 4 hidden units per model unit that is about a third less activation memory
+per layer for the price of one elementwise activation in the backward pass.
+"""
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
@@ -10,6 +18,48 @@ def build_activation(name: str) -> nn.Module:
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]()
+
+
+class _LeanFeedForward(torch.autograd.Function):
+    """``Linear(w2, b2)(Dropout_p(activation(Linear(w1, b1)(x))))`` saving ``x``, ``h`` and the dropout mask.
+
+    Under autocast the products run in the autocast dtype, as ``F.linear`` would: the backward pass computes in
+    ``h``'s dtype and returns each gradient in its input's dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, activation: nn.Module,
+                p: float) -> Tensor:
+        h = F.linear(x, w1, b1)
+        a = activation(h)
+        keep = None
+        if p > 0:
+            keep = torch.empty_like(h, dtype=torch.bool).bernoulli_(1 - p)
+            a = a * keep / (1 - p)
+        ctx.activation, ctx.p = activation, p
+        ctx.save_for_backward(x, h, keep, w1, w2)
+        return F.linear(a, w2, b2)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, h, keep, w1, w2 = ctx.saved_tensors
+        dtype = h.dtype
+        with torch.enable_grad():
+            h_ = h.detach().requires_grad_()
+            a = ctx.activation(h_)
+        dropped = a.detach() if keep is None else a.detach() * keep / (1 - ctx.p)
+        grad = grad.to(dtype).flatten(0, -2)  # rows x D
+        grad_w2 = grad.t() @ dropped.flatten(0, -2)
+        grad_a = grad @ w2.to(dtype)
+        if keep is not None:
+            grad_a = grad_a * keep.flatten(0, -2) / (1 - ctx.p)
+        (grad_h,) = torch.autograd.grad(a, h_, grad_a.view_as(h))
+        grad_h = grad_h.flatten(0, -2)
+        grad_x = (grad_h @ w1.to(dtype)).view(x.shape).to(x.dtype)
+        grad_w1 = grad_h.t() @ x.to(dtype).flatten(0, -2)
+        return (grad_x, grad_w1.to(w1.dtype), grad_h.sum(0).to(w1.dtype), grad_w2.to(w2.dtype),
+                grad.sum(0).to(w2.dtype), None, None)
 
 
 class FeedForward(nn.Module):
@@ -22,7 +72,11 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
-        return self.net(x)
+        if not torch.is_grad_enabled():
+            return self.net(x)
+        first, activation, dropout, second = self.net
+        p = dropout.p if self.training else 0.0
+        return _LeanFeedForward.apply(x, first.weight, first.bias, second.weight, second.bias, activation, p)
 
     def step(self, x: Tensor, cache: dict) -> Tensor:
         """The next frames of a stream (``B x n x D``): position-wise, so no state."""

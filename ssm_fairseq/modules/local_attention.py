@@ -13,11 +13,6 @@ def _pad_seq(t: Tensor, before: int, after: int) -> Tensor:
     return F.pad(t, (0, 0, before, after))
 
 
-def _scores(q: Tensor, k: Tensor) -> Tensor:
-    """Block scores: ``q`` ``B x H x nb x w x hd``, ``k`` ``B x H x nb x hd x span`` -> ``B x H x nb x w x span``."""
-    return torch.einsum("bhnqd,bhndk->bhnqk", q, k)
-
-
 class LocalAttention(nn.Module):
     """Multi-head self-attention restricted to a local neighbourhood: ``B x L x D -> B x L x D``.
 
@@ -94,19 +89,24 @@ class LocalAttention(nn.Module):
         if key_ok is None:
             key_ok = torch.ones(B, L, dtype=torch.bool, device=q.device)
         ok = _pad_seq(key_ok[:, None, :, None], before, extra + ahead).unfold(2, span, w)  # B x 1 x nb x 1 x span
-        kb = _pad_seq(k, before, extra + ahead).unfold(2, span, w)  # B x H x nb x hd x span
-        vb = _pad_seq(v, before, extra + ahead).unfold(2, span, w)
-        qb = _pad_seq(q, 0, extra).view(B, H, nb, w, hd)
-        scores = _scores(qb, kb) * hd**-0.5
         dist = self._distances(span, q.device)
-        if position_bias is not None:
-            scores = scores + position_bias(-dist)[None, :, None].to(scores.dtype)  # 1 x H x 1 x w x span
-        mask = self._rule(dist) & ok  # B x 1 x nb x w x span
         # finfo.min rather than -inf: rows without any key (padding) stay finite.
-        probs = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
-        probs = F.dropout(probs, self.dropout, self.training)
-        y = torch.einsum("bhnqk,bhndk->bhnqd", probs, vb)
-        return y.reshape(B, H, nb * w, hd)[:, :, :L]
+        bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~(self._rule(dist) & ok),
+                                                                          torch.finfo(q.dtype).min)
+        if position_bias is not None:
+            bias = bias + position_bias(-dist)[None, :, None].to(q.dtype)  # 1 x H x 1 x w x span
+
+        def blocks_as_batch(t: Tensor) -> Tensor:  # B x H' x nb x rows x C -> (B nb) x H' x rows x C
+            return t.transpose(1, 2).flatten(0, 1)
+
+        # each block is one batch row of a fused attention, which does not keep the scores for the backward pass
+        y = F.scaled_dot_product_attention(
+            blocks_as_batch(_pad_seq(q, 0, extra).view(B, H, nb, w, hd)),
+            blocks_as_batch(_pad_seq(k, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
+            blocks_as_batch(_pad_seq(v, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
+            attn_mask=blocks_as_batch(bias), dropout_p=self.dropout if self.training else 0.0,
+        )  # (B nb) x H x w x hd
+        return y.unflatten(0, (B, nb)).transpose(1, 2).reshape(B, H, nb * w, hd)[:, :, :L]
 
     def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: dict,
                        position_bias: nn.Module | None = None) -> Tensor:
@@ -119,12 +119,39 @@ class LocalAttention(nn.Module):
         if m:
             k = torch.cat([cache["k"], k], 2)
             v = torch.cat([cache["v"], v], 2)
-        y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
+        if q.shape[2] <= self.window:
+            y = self._attend_recent(q, k, v, position_bias)
+        else:
+            y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
         pos = cache.get("pos", 0) + q.shape[2]
         keep = min(self.window, k.shape[2]) if self.mode == "window" else pos % self.window
         start = k.shape[2] - keep
-        cache.update(k=k[:, :, start:].clone(), v=v[:, :, start:].clone(), pos=pos)
+        if m:  # k and v are the fresh tensors of torch.cat: keep views of their tails
+            cache.update(k=k[:, :, start:], v=v[:, :, start:], pos=pos)
+        else:  # views into the projection of all n tokens: copy the few kept
+            cache.update(k=k[:, :, start:].clone(), v=v[:, :, start:].clone(), pos=pos)
         return y
+
+    def _attend_recent(self, q: Tensor, k: Tensor, v: Tensor, position_bias: nn.Module | None = None) -> Tensor:
+        """The last ``n`` positions' queries (``B x H x n x hd``, ``n <= window``) over all ``m + n`` keys given
+        (``B x H x (m + n) x hd``, the cache's and the new ones), scored as one ``n x (m + n)`` matrix: a generated
+        token costs ``O(window)``, where the blocks of ``_attend`` would score ``window x 2 window``.
+
+        The cache holds only keys a next token may attend (the last ``window``, or its chunk's), so a single query
+        needs no mask."""
+        n, total = q.shape[2], k.shape[2]
+        mask = None
+        if n > 1 or position_bias is not None:
+            i = torch.arange(total - n, total, device=q.device)[:, None]
+            j = torch.arange(total, device=q.device)[None, :]
+            dist = i - j  # n x (m + n)
+            same_span = dist <= self.window if self.mode == "window" else i // self.window == j // self.window
+            mask = torch.zeros(n, total, dtype=q.dtype, device=q.device)
+            mask.masked_fill_(~((dist >= 0) & same_span), float("-inf"))
+            if position_bias is not None:
+                mask = mask + position_bias(-dist).to(q.dtype)  # heads x n x (m + n)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              dropout_p=self.dropout if self.training else 0.0)
 
     @staticmethod
     def reorder_cache(cache: dict, new_order: Tensor) -> None:

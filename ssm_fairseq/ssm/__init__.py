@@ -6,7 +6,7 @@ from .dss import DSSKernel
 from .fft_conv import bidirectional_fft_conv, fft_conv
 from .kernel import SSMKernel, SSMMatrices
 from .mssm_kernel import MSSMKernel
-from .recurrence import DenseRecurrence, DiagonalRecurrence, Recurrence
+from .recurrence import DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
 from .s4 import S4Kernel
 from .s4d import S4DKernel
 
@@ -16,6 +16,7 @@ __all__ = [
     "KERNELS",
     "DSSKernel",
     "DenseRecurrence",
+    "LowRankRecurrence",
     "DiagonalRecurrence",
     "MSSMKernel",
     "Recurrence",

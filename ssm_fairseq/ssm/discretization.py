@@ -10,6 +10,7 @@ Zero-order hold (S4D, DSS section 3.4)::
 
 The ``*_diagonal`` forms act on the eigenvalues of a diagonal ``A`` elementwise; the ``*_dense`` forms are
 the textbook matrix formulas, used to build the dense matrices that tests compare kernels against.
+``bilinear_low_rank`` discretises S4's diagonal-plus-low-rank ``A`` without forming it, for its step mode.
 """
 from __future__ import annotations
 
@@ -54,3 +55,32 @@ def discretize_dense(method: str, A: Tensor, B: Tensor, dt: Tensor) -> tuple[Ten
     if method == "zoh":
         return zoh_dense(A, B, dt)
     raise ValueError(f"unknown discretisation {method!r}; expected one of {METHODS}")
+
+
+def bilinear_low_rank(Lambda: Tensor, P: Tensor, B: Tensor, dt: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The bilinear rule for ``A = diag(Lambda) - P P^*`` (S4's DPLR form) in ``O(N)`` per channel, as a diagonal
+    plus rank-two ``dA x = g x + U_0 (V_0 . x) + U_1 (V_1 . x)``.
+
+    With ``h = dt / 2`` and ``d = 1 / (1 - h Lambda)``, ``M = I - h A = diag(1 / d) + h P P^*`` and Woodbury gives
+    ``M^-1 y = d y - c (P^* d y)``, ``c = h d P / (1 + h P^* d P)``. Then
+    ``dA x = M^-1 ((1 + h Lambda) x) - (P^* x) M^-1 (h P) = g x - c ((P^* g) . x) - (M^-1 h P) (P^* . x)``
+    with ``g = d (1 + h Lambda)``, and ``dB = M^-1 (dt B)``.
+
+    Args:
+        Lambda, P: ``N`` (or ``H x N``); B: ``N`` or ``H x N``; dt: ``H``.
+    Returns:
+        ``g``: ``H x N``, ``U`` and ``V``: ``2 x H x N``, ``dB``: ``H x N``.
+    """
+    h = (dt / 2).unsqueeze(-1).to(Lambda.dtype)  # H x 1
+    d = 1 / (1 - h * Lambda)
+    P_conj = P.conj()
+    c = h * d * P / (1 + (h * P_conj * d * P).sum(-1, keepdim=True))  # H x N
+
+    def solve(y: Tensor) -> Tensor:  # M^-1 y
+        dy = d * y
+        return dy - c * (P_conj * dy).sum(-1, keepdim=True)
+
+    g = d * (1 + h * Lambda)
+    U = torch.stack([-c, -solve(h * P)])  # 2 x H x N
+    V = torch.stack([P_conj * g, P_conj.expand_as(g)])
+    return g, U, V, solve(2 * h * B)

@@ -154,3 +154,32 @@ class DenseRecurrence(Recurrence):
         state = torch.einsum("hnm,bhm->bhn", self.dA, state) + self.dB * u.unsqueeze(-1)
         y = torch.einsum("chn,bhn->bch", self.dC, state).real + self.D * u.unsqueeze(1)
         return y, state
+
+
+class LowRankRecurrence(Recurrence):
+    """Step mode of a system whose discrete state matrix is diagonal plus low rank,
+    ``dA x = g x + sum_k U_k (V_k . x)``: ``O(H N r)`` per step instead of the dense ``O(H N^2)``.
+
+    S4's ``A = diag(Lambda) - P P^*`` under the bilinear rule is such a system with rank 2 (``bilinear_low_rank``).
+
+    Args:
+        g: ``H x N`` diagonal; U, V: ``r x H x N``; dB: ``H x N``; dC: ``C x H x N``; D: ``C x H``. The output is
+        the real part of ``dC x``.
+    """
+
+    def __init__(self, g: Tensor, U: Tensor, V: Tensor, dB: Tensor, dC: Tensor, D: Tensor):
+        super().__init__(D)
+        # vecdot conjugates its first argument: keep conj(V), conj(dC) so that vecdot gives V . x, dC . x
+        self.g, self.U, self.V_conj, self.dB, self.dC_conj = g, U, V.conj().resolve_conj(), dB, dC.conj().resolve_conj()
+
+    def initial_state(self, batch_size: int) -> Tensor:
+        return self.dB.new_zeros((batch_size,) + tuple(self.dB.shape))
+
+    def step(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_step(u, state)
+        u = u.to(self.D.dtype)
+        new_state = self.g * state + self.dB * u.unsqueeze(-1)
+        for U, V_conj in zip(self.U, self.V_conj):  # elementwise products: batched complex GEMVs this small are slower
+            new_state = new_state + U * torch.linalg.vecdot(V_conj, state).unsqueeze(-1)
+        y = torch.linalg.vecdot(self.dC_conj, new_state.unsqueeze(1)).real + self.D * u.unsqueeze(1)
+        return y, new_state

@@ -24,10 +24,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .discretization import bilinear_dense
+from .discretization import bilinear_dense, bilinear_low_rank
 from .hippo import legs_nplr
 from .kernel import SSMKernel
-from .recurrence import DenseRecurrence
+from .recurrence import LowRankRecurrence
 from .s4d import log_uniform_dt
 from .structured_products import cauchy
 
@@ -108,24 +108,31 @@ class S4Kernel(SSMKernel):
             spectrum = torch.cat([spectrum, at_minus_one.unsqueeze(-1).to(spectrum.dtype)], -1)
         return torch.fft.irfft(spectrum, n=self.l_max)[..., :L]
 
+    def _full_system(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``Lambda``, ``P``, ``B``, ``C~`` with both states of each conjugate pair (``N``, ``N``, ``N``,
+        ``C x H x N``) and ``dt`` (``H``)."""
+        full = lambda x: torch.cat([x, x.conj()], -1)  # noqa: E731
+        Lambda, P, B, C_tilde, dt = self._system()
+        return full(Lambda), full(P), full(B), full(C_tilde), dt
+
+    def _true_C(self, A: Tensor, B: Tensor, C_tilde: Tensor, dt: Tensor) -> Tensor:
+        """``C = C~ (I - dA^l_max)^-1`` from the dense ``A`` (``H x N x N``): ``C x H x N``."""
+        dA = bilinear_dense(A, B, dt)[0]
+        M = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device) - torch.linalg.matrix_power(dA, self.l_max)
+        return torch.linalg.solve(M.transpose(-1, -2), C_tilde.unsqueeze(-1)).squeeze(-1)
+
     def continuous_matrices(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Dense matrices of the full (both halves) complex system; ``C`` is the true output matrix."""
-        Lambda, P, B, C_tilde, dt = self._system()
-        H = self.channels
-        full = lambda x: torch.cat([x, x.conj()], -1)  # noqa: E731
-        P_full = full(P)
-        A = (torch.diag(full(Lambda)) - P_full.unsqueeze(-1) * P_full.conj().unsqueeze(-2)).expand(H, -1, -1)
-        B_full = full(B).expand(H, -1)
-        dA = bilinear_dense(A, B_full, dt)[0]
-        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        M = eye - torch.linalg.matrix_power(dA, self.l_max)  # C~ = C M
-        C = torch.linalg.solve(M.transpose(-1, -2), full(C_tilde).unsqueeze(-1)).squeeze(-1)
-        return A, B_full, C, dt
+        Lambda, P, B, C_tilde, dt = self._full_system()
+        A = (torch.diag(Lambda) - P.unsqueeze(-1) * P.conj().unsqueeze(-2)).expand(self.channels, -1, -1)
+        B = B.expand(self.channels, -1)
+        return A, B, self._true_C(A, B, C_tilde, dt), dt
 
-    def recurrence(self, L: int) -> DenseRecurrence:
-        """Dense step mode (``O(H N^2)`` per step), valid for any ``L <= l_max``."""
+    def recurrence(self, L: int) -> LowRankRecurrence:
+        """Step mode in ``O(H N)`` per step (diagonal plus rank two, ``bilinear_low_rank``), valid for any
+        ``L <= l_max``."""
         self.check_length(L)
         with torch.autocast(device_type=self.D.device.type, enabled=False):
             A, B, C, dt = self.continuous_matrices(L)
-            dA, dB = bilinear_dense(A, B, dt)
-            return DenseRecurrence(dA, dB, C, self.real(self.D))
+            Lambda, P = self._full_system()[:2]
+            return LowRankRecurrence(*bilinear_low_rank(Lambda, P, B, dt), C, self.real(self.D))

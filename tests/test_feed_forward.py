@@ -1,0 +1,81 @@
+"""The feed-forward block's lean backward pass: the gradients of plain autograd, with less kept for it."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssm_fairseq.modules.feed_forward import ACTIVATIONS, FeedForward
+
+
+def plain_autograd(ffn: FeedForward, x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tensor:
+    """The same block by plain autograd ops, with a given dropout mask."""
+    first, activation, _, second = ffn.net
+    a = activation(first(x))
+    return second(a if keep is None else a * keep / (1 - p))
+
+
+def gradients(ffn: FeedForward, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    weights = torch.randn_like(y)
+    return torch.autograd.grad((y * weights).sum(), [x, *ffn.parameters()])
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_gradients_equal_plain_autograd(activation, p):
+    torch.manual_seed(0)
+    ffn = FeedForward(6, 24, activation, dropout=p).double().train()
+    x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(1)
+    y = ffn(x)
+    torch.manual_seed(1)  # the block's first random draw is its dropout mask: draw it again
+    keep = torch.empty(2, 5, 24, dtype=torch.bool).bernoulli_(1 - p) if p else None
+    expected = plain_autograd(ffn, x, keep, p)
+    torch.testing.assert_close(y, expected, atol=1e-12, rtol=0)
+    torch.manual_seed(2)
+    lean = gradients(ffn, x, y)
+    torch.manual_seed(2)
+    for got, want in zip(lean, gradients(ffn, x, expected)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_eval_and_no_grad_are_the_plain_block():
+    ffn = FeedForward(6, 24, "gelu", dropout=0.5).eval()
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(ffn(x), ffn.net(x))
+    torch.testing.assert_close(ffn(x), ffn.net(x))
+
+
+def test_keeps_input_hidden_and_mask_only():
+    """Kept for the backward pass: the input, the hidden pre-activations, a one-byte mask (and the weights)."""
+    ffn = FeedForward(8, 32, "gelu", dropout=0.1).train()
+    x = torch.randn(4, 10, 8, requires_grad=True)
+    kept = {}
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        kept[t.untyped_storage().data_ptr()] = t
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        ffn(x)
+    weights = sum(p.numel() * 4 for p in ffn.parameters() if p.dim() == 2)
+    activations = sum(t.untyped_storage().nbytes() for t in kept.values()) - weights
+    assert activations == x.numel() * 4 + 40 * 32 * (4 + 1)
+    assert sorted(str(t.dtype) for t in kept.values() if t.dim() == 3) == ["torch.bool", "torch.float32", "torch.float32"]
+
+
+def test_bf16_autocast_matches_float32():
+    torch.manual_seed(0)
+    ffn = FeedForward(16, 64, "gelu").train()
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = ffn(x)
+    assert y.dtype == torch.bfloat16
+    torch.manual_seed(3)
+    low = gradients(ffn, x, y.float())
+    torch.manual_seed(3)
+    full = gradients(ffn, x, ffn(x))
+    for got, want in zip(low, full):
+        assert got.dtype == want.dtype == torch.float32
+        assert (got - want).abs().max() <= 0.05 * want.abs().max()
