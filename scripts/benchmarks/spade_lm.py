@@ -6,7 +6,7 @@
 2. Generation: per-token latency with a context of 512, 2k and 8k tokens, both through fairseq's incremental
    decoding (SPADE: S4 in step mode and the window cache; transformer_lm: its key/value cache). The context is
    fed first (SPADE in one call, transformer_lm token by token, which is what its decoder supports), then the
-   mean latency of the next ``--new-tokens`` single-token steps is reported.
+   median latency of the next ``--new-tokens`` single-token steps is reported (robust to a busy machine's spikes).
 
 Both models: ``--layers`` layers of ``--width`` (FFN 4x, ``--heads`` heads), vocabulary ``--vocab`` with a plain
 softmax; SPADE has its frozen S4-LegS global layer at the bottom and window ``--window``. Time and memory are
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -75,18 +76,22 @@ def generation_latency(model_name: str, args: argparse.Namespace) -> dict:
     else:
         for end in range(1, args.length + 1):
             model.decoder(tokens[:, :end], incremental_state=state)
-    start = time.perf_counter()
+    step_seconds = []
     for end in range(args.length + 1, args.length + args.new_tokens + 1):
+        start = time.perf_counter()
         model.decoder(tokens[:, :end], incremental_state=state)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return {"ms_per_token": 1e3 * (time.perf_counter() - start) / args.new_tokens}
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        step_seconds.append(time.perf_counter() - start)
+    return {"ms_per_token": 1e3 * statistics.median(step_seconds)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
+    parser.add_argument("--lengths", type=int, nargs="*", default=[1024, 2048, 4096, 8192],
+                        help="tokens of the training steps (none: no training table)")
+    parser.add_argument("--contexts", type=int, nargs="*", default=[512, 2048, 8192],
+                        help="contexts of the generation latencies (none: no generation table)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
@@ -111,22 +116,25 @@ def main() -> None:
     print(f"# SPADE LM vs transformer_lm: {args.layers} layers, width {args.width}, {args.heads} heads, window "
           f"{args.window}, vocabulary {args.vocab}, batch 1, device {args.device}, {args.threads} threads, "
           f"torch {torch.__version__}\n")
-    print("## Training step (forward + backward)\n")
-    print("| tokens | SPADE ms | transformer_lm ms | SPADE MiB | transformer_lm MiB | speed-up | memory ratio |")
-    print("|---|---|---|---|---|---|---|")
+    if args.lengths:
+        print("## Training step (forward + backward)\n")
+        print("| tokens | SPADE ms | transformer_lm ms | SPADE MiB | transformer_lm MiB | speed-up | memory ratio |")
+        print("|---|---|---|---|---|---|---|")
     for L in args.lengths:
         r = {m: in_subprocess(__file__, ["--model", m, "--length", str(L), *common]) for m in ("spade", "transformer_lm")}
         s, t = r["spade"], r["transformer_lm"]
         print(f"| {L} | {1e3 * s['seconds']:.0f} | {1e3 * t['seconds']:.0f} | {s['peak_mib']:.0f} | "
               f"{t['peak_mib']:.0f} | {t['seconds'] / s['seconds']:.2f}x | {s['peak_mib'] / t['peak_mib']:.2f} |",
               flush=True)
-    print("\n## Generation: latency per new token after the context (incremental decoding)\n")
-    print("| context | SPADE ms/token | transformer_lm ms/token |")
-    print("|---|---|---|")
+    if args.contexts:
+        print("\n## Generation: latency per new token after the context (incremental decoding)\n")
+        print("| context | SPADE ms/token | transformer_lm ms/token | speed-up |")
+        print("|---|---|---|---|")
     for L in args.contexts:
         r = {m: child(__file__, ["--what", "generation", "--model", m, "--length", str(L), *common])["ms_per_token"]
              for m in ("spade", "transformer_lm")}
-        print(f"| {L} | {r['spade']:.2f} | {r['transformer_lm']:.2f} |", flush=True)
+        print(f"| {L} | {r['spade']:.2f} | {r['transformer_lm']:.2f} | {r['transformer_lm'] / r['spade']:.2f}x |",
+              flush=True)
 
 
 if __name__ == "__main__":
