@@ -144,3 +144,19 @@ def test_errors():
         LocalAttention(8, 2, 4)(x, cache={})
     with pytest.raises(ValueError, match="key_padding_mask"):
         LocalAttention(8, 2, 4, causal=True)(x, key_padding_mask=torch.zeros(1, 3, dtype=torch.bool), cache={})
+
+
+@pytest.mark.parametrize("mode", ["window", "chunk"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_queries_without_keys_stay_finite_with_a_position_bias(mode, dtype):
+    """Padding that leaves whole blocks without a real key, a T5 bias, low precision: outputs and gradients finite."""
+    from ssm_fairseq.modules.relative_position import RelativePositionBias
+
+    att = LocalAttention(8, 2, 4, mode=mode).to(dtype)
+    bias = RelativePositionBias(2, bidirectional=True).to(dtype)
+    x = torch.randn(2, 20, 8, dtype=dtype, requires_grad=True)
+    pad = torch.arange(20)[None, :] >= torch.tensor([20, 3])[:, None]
+    y = att(x, key_padding_mask=pad, position_bias=bias)
+    y.float().square().sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in [*att.parameters(), *bias.parameters()])

@@ -117,8 +117,8 @@ def random_low_rank_system(H: int = 3, N: int = 6):
 
 
 def test_bilinear_low_rank_equals_the_dense_bilinear_rule():
-    """``diag(g) + U^T V`` and ``dB`` equal the textbook ``(I - dt A / 2)^-1 (I + dt A / 2)``, ``(I - dt A / 2)^-1 dt B``
-    of the dense matrix ``A = diag(Lambda) - P P^*``."""
+    """``diag(g) + U^T V`` and ``dB`` equal the textbook ``(I - dt A / 2)^-1 (I + dt A / 2)`` and
+    ``(I - dt A / 2)^-1 dt B`` of the dense matrix ``A = diag(Lambda) - P P^*``."""
     Lambda, P, B, _, _, dt = random_low_rank_system()
     A = (torch.diag(Lambda) - P.unsqueeze(-1) * P.conj()).expand(len(dt), -1, -1)
     dA, dB = bilinear_dense(A, B, dt)

@@ -90,11 +90,12 @@ class LocalAttention(nn.Module):
             key_ok = torch.ones(B, L, dtype=torch.bool, device=q.device)
         ok = _pad_seq(key_ok[:, None, :, None], before, extra + ahead).unfold(2, span, w)  # B x 1 x nb x 1 x span
         dist = self._distances(span, q.device)
-        # finfo.min rather than -inf: rows without any key (padding) stay finite.
-        bias = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~(self._rule(dist) & ok),
-                                                                          torch.finfo(q.dtype).min)
+        allowed = self._rule(dist) & ok  # B x 1 x nb x w x span
+        # a query without any key (padding) attends its whole span: its output is unused, and stays finite
+        allowed = allowed | ~allowed.any(-1, keepdim=True)
+        mask = allowed
         if position_bias is not None:
-            bias = bias + position_bias(-dist)[None, :, None].to(q.dtype)  # 1 x H x 1 x w x span
+            mask = self._biased(allowed, position_bias(-dist)[None, :, None].to(q.dtype))  # B x H x nb x w x span
 
         def blocks_as_batch(t: Tensor) -> Tensor:  # B x H' x nb x rows x C -> (B nb) x H' x rows x C
             return t.transpose(1, 2).flatten(0, 1)
@@ -104,7 +105,7 @@ class LocalAttention(nn.Module):
             blocks_as_batch(_pad_seq(q, 0, extra).view(B, H, nb, w, hd)),
             blocks_as_batch(_pad_seq(k, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
             blocks_as_batch(_pad_seq(v, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
-            attn_mask=blocks_as_batch(bias), dropout_p=self.dropout if self.training else 0.0,
+            attn_mask=blocks_as_batch(mask), dropout_p=self.dropout if self.training else 0.0,
         )  # (B nb) x H x w x hd
         return y.unflatten(0, (B, nb)).transpose(1, 2).reshape(B, H, nb * w, hd)[:, :, :L]
 
@@ -146,12 +147,16 @@ class LocalAttention(nn.Module):
             j = torch.arange(total, device=q.device)[None, :]
             dist = i - j  # n x (m + n)
             same_span = dist <= self.window if self.mode == "window" else i // self.window == j // self.window
-            mask = torch.zeros(n, total, dtype=q.dtype, device=q.device)
-            mask.masked_fill_(~((dist >= 0) & same_span), float("-inf"))
+            mask = (dist >= 0) & same_span  # every row holds its own position
             if position_bias is not None:
-                mask = mask + position_bias(-dist).to(q.dtype)  # heads x n x (m + n)
+                mask = self._biased(mask, position_bias(-dist).to(q.dtype))  # heads x n x (m + n)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               dropout_p=self.dropout if self.training else 0.0)
+
+    @staticmethod
+    def _biased(allowed: Tensor, bias: Tensor) -> Tensor:
+        """An additive attention mask: ``bias`` where ``allowed``, ``-inf`` elsewhere (shapes broadcast)."""
+        return bias.masked_fill(~allowed, float("-inf"))
 
     @staticmethod
     def reorder_cache(cache: dict, new_order: Tensor) -> None:

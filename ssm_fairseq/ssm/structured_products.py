@@ -24,9 +24,8 @@ from torch import Tensor
 
 # Elements of one chunk of a structured matrix (complex128 at this size is 64 MiB).
 CHUNK_ELEMENTS = 1 << 22
-# The Cauchy sums' chunk of reciprocals: 2 MiB of complex64, which stays in cache. On 2 CPU cores S4's kernel at
-# width 256 and N = 64 (forward and backward) took 0.42 s at 4k and 1.7 s at 16k with it, 1.0 s and 4.3 s with
-# CHUNK_ELEMENTS, and its peak memory fell from about 200 MiB to a few.
+# The Cauchy sums' chunk of reciprocals: 2 MiB of complex64, small enough to stay in cache; S4's kernel generation
+# (forward and backward) is then faster and far smaller than with CHUNK_ELEMENTS (docs/benchmarks.md, SSM layers).
 CAUCHY_CHUNK_ELEMENTS = 1 << 18
 
 
