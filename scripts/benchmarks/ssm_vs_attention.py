@@ -146,10 +146,11 @@ def main() -> None:
               f"| {at['seconds'] / s4['seconds']:.2f}x | {at['seconds'] / ms['seconds']:.2f}x "
               f"| {s4['peak_mib'] / max(at['peak_mib'], 1e-9):.3f} | {ms['peak_mib'] / max(at['peak_mib'], 1e-9):.3f} |",
               flush=True)
-    print("\nFitted exponent of time against L "
-          f"({args.lengths[0]}..{args.lengths[-1]}): "
-          + ", ".join(f"{name} {fitted_exponent(args.lengths, [r['seconds'] for r in results[name]]):.2f}"
-                      for name in layers))
+    if len(args.lengths) > 1:  # a slope needs two lengths
+        print("\nFitted exponent of time against L "
+              f"({args.lengths[0]}..{args.lengths[-1]}): "
+              + ", ".join(f"{name} {fitted_exponent(args.lengths, [r['seconds'] for r in results[name]]):.2f}"
+                          for name in layers))
 
     L = args.lengths[-1]
     print(f"\n# Kernel generation alone at L = {L} (width {WIDTH}, forward+backward)\n")
