@@ -20,11 +20,25 @@ def build_activation(name: str) -> nn.Module:
     return ACTIVATIONS[name]()
 
 
+def _activation_backward(activation: nn.Module, grad: Tensor, h: Tensor) -> Tensor:
+    """The gradient through ``activation`` at its input ``h``, from the activation's gradient ``grad``, without the
+    activation's output (which a backward pass through autograd would need alive)."""
+    if isinstance(activation, nn.GELU):
+        return torch.ops.aten.gelu_backward(grad, h, approximate=activation.approximate)
+    if isinstance(activation, nn.SiLU):
+        return torch.ops.aten.silu_backward(grad, h)
+    if isinstance(activation, nn.ReLU):
+        return torch.ops.aten.threshold_backward(grad, h, 0)
+    raise TypeError(f"no backward rule for the activation {activation}")
+
+
 class _LeanFeedForward(torch.autograd.Function):
     """``Linear(w2, b2)(Dropout_p(activation(Linear(w1, b1)(x))))`` saving ``x``, ``h`` and the dropout mask.
 
-    Under autocast the products run in the autocast dtype, as ``F.linear`` would: the backward pass computes in
-    ``h``'s dtype and returns each gradient in its input's dtype.
+    The backward pass recomputes the dropped activations for ``w2``'s gradient and frees them before the
+    activation's gradient, so that it never holds more than plain autograd's backward pass does. Under autocast
+    the products run in the autocast dtype, as ``F.linear`` would: the backward pass computes in ``h``'s dtype and
+    returns each gradient in its input's dtype.
     """
 
     @staticmethod
@@ -45,17 +59,17 @@ class _LeanFeedForward(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         x, h, keep, w1, w2 = ctx.saved_tensors
         dtype = h.dtype
-        with torch.enable_grad():
-            h_ = h.detach().requires_grad_()
-            a = ctx.activation(h_)
-        dropped = a.detach() if keep is None else a.detach() * keep / (1 - ctx.p)
         grad = grad.to(dtype).flatten(0, -2)  # rows x D
-        grad_w2 = grad.t() @ dropped.flatten(0, -2)
-        grad_a = grad @ w2.to(dtype)
+        dropped = ctx.activation(h)
         if keep is not None:
-            grad_a = grad_a * keep.flatten(0, -2) / (1 - ctx.p)
-        (grad_h,) = torch.autograd.grad(a, h_, grad_a.view_as(h))
-        grad_h = grad_h.flatten(0, -2)
+            dropped = dropped.mul_(keep).div_(1 - ctx.p)
+        grad_w2 = grad.t() @ dropped.flatten(0, -2)
+        del dropped
+        grad_a = (grad @ w2.to(dtype)).view_as(h)
+        if keep is not None:
+            grad_a = grad_a.mul_(keep).div_(1 - ctx.p)
+        grad_h = _activation_backward(ctx.activation, grad_a, h).flatten(0, -2)
+        del grad_a
         grad_x = (grad_h @ w1.to(dtype)).view(x.shape).to(x.dtype)
         grad_w1 = grad_h.t() @ x.to(dtype).flatten(0, -2)
         return (grad_x, grad_w1.to(w1.dtype), grad_h.sum(0).to(w1.dtype), grad_w2.to(w2.dtype),
