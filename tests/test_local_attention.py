@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ssm_fairseq.modules.local_attention import LocalAttention
+from ssm_fairseq.modules.relative_position import RelativePositionBias
 
 MODES_CAUSAL = list(itertools.product(["window", "chunk"], [False, True]))
 
@@ -150,8 +151,6 @@ def test_errors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_queries_without_keys_stay_finite_with_a_position_bias(mode, dtype):
     """Padding that leaves whole blocks without a real key, a T5 bias, low precision: outputs and gradients finite."""
-    from ssm_fairseq.modules.relative_position import RelativePositionBias
-
     att = LocalAttention(8, 2, 4, mode=mode).to(dtype)
     bias = RelativePositionBias(2, bidirectional=True).to(dtype)
     x = torch.randn(2, 20, 8, dtype=dtype, requires_grad=True)
