@@ -1,9 +1,9 @@
 """The position-wise feed-forward block of transformer-style layers.
 
 In training the block keeps, for its backward pass, only its input, the first linear's output ``h`` and the dropout
-mask (one byte a unit); the activation and the dropped activations are recomputed from ``h``. Plain autograd would
-also keep the activation's output: at 4 hidden units per model unit that is about a third less activation memory
-per layer for the price of one elementwise activation in the backward pass.
+mask (one byte a hidden unit); the activation and the dropped activations are recomputed from ``h``, one elementwise
+activation more in the backward pass. Plain autograd would also keep the dropped activations that the second
+linear reads (and, on CPU, dropout's mask as floats).
 """
 from __future__ import annotations
 
