@@ -20,7 +20,7 @@ import json
 
 import torch
 
-from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from measurement import add_measurement_arguments, child, in_subprocess, measure
 from ssm_fairseq.models.transducer import TransducerConfig, TransducerModel
@@ -86,9 +86,9 @@ def main() -> None:
         return
 
     if args.architectures:
-        unknown = [a for a in args.architectures if a not in ARCH_CONFIG_REGISTRY]
+        unknown = [a for a in args.architectures if ARCH_MODEL_REGISTRY.get(a) is not TransducerModel]
         if unknown:
-            parser.error(f"not registered architectures: {unknown}")
+            parser.error(f"not registered transducer architectures: {unknown}")
         encoders, reference_name, which = args.architectures, args.architectures[-1], "--architecture"
         shape = "the architectures' own depth, width and sub-sampler"
     else:

@@ -102,6 +102,8 @@ def main() -> None:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.model and not args.lengths and not args.contexts:
+        parser.error("nothing to measure: give --lengths or --contexts some values")
     torch.set_num_threads(args.threads)
     if args.model:
         if args.what == "generation":
