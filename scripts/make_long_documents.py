@@ -8,15 +8,24 @@ The output follows fairseq's ``masked_lm`` conventions (the format RoBERTa's pre
 paragraph per line, an empty line between documents.
 
     python scripts/make_long_documents.py OUT_DIR [--train 16 --valid 2 --test 2 --words 4000 --seed 1]
+        [--name-pool 0] [--split-punctuation]
 
 writes ``OUT_DIR/{train,valid,test}.txt`` and, for ``sentence_prediction`` fine-tuning, the labelled
 passages ``OUT_DIR/labelled/{train,valid}.tsv`` (``label<TAB>text``, the label is the passage's setting).
 Everything is deterministic given ``--seed``.
+
+By default every document invents its own names, so a word-level vocabulary built on the training split has
+never seen the names of a held-out document. ``--name-pool N`` draws every document's people and places from one
+pool of ``N`` invented names instead: the held-out names are in the vocabulary, and which of them a document uses
+is known only from its earlier text (what a language model's long-range memory is for). ``--split-punctuation``
+writes commas and full stops as words of their own (WikiText's tokenisation), so a name is the same word wherever
+it stands in a sentence.
 """
 from __future__ import annotations
 
 import argparse
 import random
+import re
 from pathlib import Path
 
 SETTINGS = {
@@ -53,11 +62,26 @@ def sentence(rng: random.Random, setting: str, cast: list[str], places: list[str
     ])
 
 
-def document(rng: random.Random, words: int) -> list[str]:
-    """Paragraphs of one story of about ``words`` words."""
+def name_pool(rng: random.Random, size: int) -> list[str]:
+    """``size`` distinct invented names."""
+    if size > len(SYLLABLES) ** 2:
+        raise ValueError(f"a name pool holds at most {len(SYLLABLES) ** 2} names, got {size}")
+    names: set[str] = set()
+    while len(names) < size:
+        names.add(invented_name(rng))
+    return sorted(names)
+
+
+def document(rng: random.Random, words: int, pool: list[str] | None = None) -> list[str]:
+    """Paragraphs of one story of about ``words`` words; its names come from ``pool`` when given (else invented)."""
     setting = rng.choice(sorted(SETTINGS))
-    cast = [f"{invented_name(rng)} {invented_name(rng)}" for _ in range(rng.randint(3, 5))]
-    places = [invented_name(rng) for _ in range(rng.randint(2, 4))]
+    people, places_count = rng.randint(3, 5), rng.randint(2, 4)
+    if pool:
+        names = rng.sample(pool, 2 * people + places_count)
+    else:
+        names = [invented_name(rng) for _ in range(2 * people + places_count)]
+    cast = [f"{names[2 * i]} {names[2 * i + 1]}" for i in range(people)]
+    places = names[2 * people:]
     paragraphs = [f"This is the story of {', '.join(cast[:-1])} and {cast[-1]}, who lived in "
                   f"{' and '.join(places)}, in the {setting} country."]
     count = len(paragraphs[0].split())
@@ -85,12 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--words", type=int, default=4000, help="words per document (about)")
     parser.add_argument("--labelled", type=int, default=400, help="labelled passages (4/5 train, 1/5 valid)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--name-pool", type=int, default=0,
+                        help="draw every document's names from one pool of this many (0: each document invents its own)")
+    parser.add_argument("--split-punctuation", action="store_true", help="commas and full stops as separate words")
     args = parser.parse_args(argv)
+    if args.name_pool and args.name_pool < 2 * 5 + 4:
+        parser.error(f"--name-pool must hold at least 14 names (a cast of 5 and 4 places), got {args.name_pool}")
     rng = random.Random(args.seed)
+    pool = name_pool(rng, args.name_pool) if args.name_pool else None
     args.out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "valid", "test"):
-        documents = ["\n".join(document(rng, args.words)) for _ in range(getattr(args, split))]
-        (args.out / f"{split}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+        documents = ["\n".join(document(rng, args.words, pool)) for _ in range(getattr(args, split))]
+        text = "\n\n".join(documents) + "\n"
+        if args.split_punctuation:
+            text = re.sub(r"([.,])(?= |$)", r" \1", text, flags=re.M)
+        (args.out / f"{split}.txt").write_text(text, encoding="utf-8")
     (args.out / "labelled").mkdir(exist_ok=True)
     passages = [labelled_passage(rng) for _ in range(args.labelled)]
     n_train = len(passages) * 4 // 5

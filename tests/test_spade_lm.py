@@ -39,6 +39,18 @@ def test_incremental_log_probs_equal_the_full_forward(ssm, attention):
     assert torch.allclose(pieces, full, atol=1e-4)
 
 
+def test_local_baseline_has_sinusoidal_positions_and_decodes_incrementally():
+    model = build("local_lm", *SMALL[:-2])[0].eval()
+    assert model.decoder.embed_positions is not None and build("spade_lm", *SMALL)[0].decoder.embed_positions is None
+    tokens = torch.randint(4, 30, (2, 60))
+    with torch.no_grad():
+        full = _full_log_probs(model, tokens)
+        assert torch.allclose(_incremental_log_probs(model, tokens, pieces=[7, 1, 30, 22])[0], full, atol=1e-4)
+        # the positions matter: without them a window-attention stack cannot tell the order inside its window
+        model.decoder.embed_positions = None
+        assert not torch.allclose(_full_log_probs(model, tokens), full, atol=1e-3)
+
+
 def test_beam_reordering_keeps_incremental_equal_to_full():
     model = build("spade_lm", *SMALL)[0].eval()
     tokens = torch.randint(4, 30, (3, 60))
@@ -88,6 +100,8 @@ def test_architectures_set_the_papers_configuration():
     assert d.adaptive_softmax is not None and d.max_positions() == 3072
     local = build("local_lm_wiki103", tokens_per_sample=3072, vocab_size=70000)[0].decoder
     assert all(layer.ssm is None for layer in local.layers)
+    small_local = build("local_lm", *SMALL[:-2])[0].decoder
+    assert len(small_local.layers) == 3 and all(layer.ssm is None for layer in small_local.layers)
     print(f"spade_lm_wiki103: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
 
 

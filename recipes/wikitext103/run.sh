@@ -1,34 +1,49 @@
 #!/usr/bin/env bash
-# SPADE language model on WikiText-103 (SPADE paper section 4.2, appendix C.3), stage by stage.
+# SPADE language model (SPADE paper section 4.2, appendix C.3) against its baselines, stage by stage.
 #
-#   recipes/wikitext103/run.sh [--stage N] [--stop-stage N] [--arch spade_lm_wiki103|local_lm_wiki103|spade_lm]
+#   recipes/wikitext103/run.sh [--stage N] [--stop-stage N] [--conf FILE] [--arch NAME]
 #
-# Stages: 0 download WikiText-103 (skipped when present), 1 fairseq-preprocess, 2 fairseq-train (Baevski & Auli's
-# adaptive-input recipe, 286k updates of 3072 tokens), 3 fairseq-eval-lm on valid and test (sequence 3072,
-# context window 400), 4 print a markdown perplexity table. Every stage can be re-run on its own.
+# Stages: 0 the corpus (WikiText-103 downloaded, skipped when present; or, with GENERATE_SAMPLE=1, the generated
+# long-document sample), 1 fairseq-preprocess, 2 fairseq-train each architecture of ARCHS with each seed of SEEDS
+# (resumes from checkpoint_last.pt), 3 fairseq-eval-lm on valid and test (TOKENS_PER_SAMPLE tokens per block, of
+# which CONTEXT_WINDOW are context only), 4 a markdown perplexity table with each model's parameters, 5 test
+# perplexity split by the distance to the previous occurrence of the same word (within or beyond the local
+# attention's reach), with each SSM model also scored with its SSM outputs zeroed (ssm-lm-distance-ppl). With
+# several seeds a cell is the mean (min-max) over them. Every stage can be re-run on its own.
 #
-# Environment: DATA_DIR (raw wiki.*.tokens; default data/wikitext-103), WORK_DIR (default exp/wikitext103),
-# TRAIN_ARGS (extra fairseq-train arguments, e.g. --max-update 1000), EVAL_ARGS, TOKENS_PER_SAMPLE (3072),
-# CONTEXT_WINDOW (400), PYTHON_BIN (directory of the fairseq-* commands; default: .venv/bin if present).
+# --conf: conf/wikitext103.sh (WikiText-103 at the paper's scale, the default) or conf/long_documents.sh (the
+# generated sample with spade_lm, local_lm and fairseq's transformer_lm at equal size, three seeds; minutes per
+# model on a CPU). --arch NAME trains and scores that architecture only (ARCHS=NAME). Checkpoints go to
+# WORK_DIR/checkpoints/ARCH_seedN. Environment: WORK_DIR (default exp/wikitext103, or exp/long_documents with
+# conf/long_documents.sh), TRAIN_ARGS (extra fairseq-train arguments, e.g. --max-update 1000), EVAL_ARGS (extra
+# fairseq-eval-lm arguments), PYTHON_BIN (directory of the fairseq-* commands; default: .venv/bin if present), and
+# any variable of the conf file in upper case (DATA_DIR, ARCHS, SEEDS, TOKENS_PER_SAMPLE, CONTEXT_WINDOW, ...).
 # NPROC (default 1): stage 2 trains with NPROC processes (one per GPU) under torchrun, each update then takes
-# NPROC x 3 (--update-freq) batches of TOKENS_PER_SAMPLE tokens; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for
-# several nodes (recipes/common.sh). On CPU add --cpu --distributed-backend gloo to TRAIN_ARGS.
+# NPROC x --update-freq batches; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for several nodes
+# (recipes/common.sh). On CPU add --cpu --distributed-backend gloo to TRAIN_ARGS.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage=0
-stop_stage=4
-arch=spade_lm_wiki103
+stop_stage=5
+conf="$repo/recipes/wikitext103/conf/wikitext103.sh"
+arch_option=
 recipe_options="--arch"
-recipe_option() { arch="$2"; }  # --arch NAME
+recipe_option() { arch_option="$2"; }  # --arch NAME
 # shellcheck source=../common.sh
 source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settings)
-data_dir="${DATA_DIR:-data/wikitext-103}"
-work_dir="${WORK_DIR:-exp/wikitext103}"
-tokens_per_sample="${TOKENS_PER_SAMPLE:-3072}"
-context_window="${CONTEXT_WINDOW:-400}"
+default_work="exp/wikitext103"
+[[ "$(basename "$conf")" == long_documents.sh ]] && default_work="exp/long_documents"
+work_dir="${WORK_DIR:-$default_work}"
+# shellcheck source=conf/wikitext103.sh
+source "$conf"
+[[ -n "$arch_option" ]] && archs="$arch_option"
 data_bin="$work_dir/data-bin"
-save_dir="$work_dir/checkpoints/$arch"
+[[ -n "${archs// /}" ]] || { echo "ARCHS: no architecture given" >&2; exit 2; }
+for seed in $seeds; do
+  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEEDS: '$seed' is not a non-negative integer" >&2; exit 2; }
+done
+[[ -n "${seeds// /}" ]] || { echo "SEEDS: no seed given" >&2; exit 2; }
 
 [[ "$tokens_per_sample" =~ ^[1-9][0-9]*$ ]] ||
   { echo "TOKENS_PER_SAMPLE must be a positive integer, got '$tokens_per_sample'" >&2; exit 2; }
@@ -50,8 +65,22 @@ scored_tokens() {
   echo "$tokens"
 }
 
+# summary FILE...: the mean (min-max) of the numbers in FILE (one per line), or the number alone
+summary() {
+  awk '{s += $1; n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1}
+       END {if (n == 1) printf "%.2f", s; else printf "%.2f (%.2f-%.2f)", s / n, lo, hi}' "$@"
+}
+
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
-  if [[ -f "$data_dir/wiki.train.tokens" ]]; then
+  if [[ "$generate_sample" == 1 ]]; then
+    log "stage 0: generating the long-document sample into $data_dir ($sample_args)"
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2086
+    run python "$repo/scripts/make_long_documents.py" "$tmp" $sample_args
+    mkdir -p "$data_dir"
+    for split in train valid test; do mv "$tmp/$split.txt" "$data_dir/wiki.$split.tokens"; done
+    rm -rf "$tmp"
+  elif [[ -f "$data_dir/wiki.train.tokens" ]]; then
     log "stage 0: $data_dir already has WikiText-103, skipping the download"
   else
     log "stage 0: downloading WikiText-103 into $data_dir"
@@ -75,53 +104,92 @@ if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
     --destdir "$data_bin" --workers "$(nproc)"
 fi
 
+# arch_args ARCH: MODEL_ARGS and the conf's model_args_ARCH (the arguments that make the models equal in size)
+arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
+
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
-  log "stage 2: fairseq-train --arch $arch -> $save_dir (resumes from checkpoint_last.pt if present)"
-  # the *_wiki103 architectures have an adaptive softmax, whose loss is adaptive_loss; spade_lm has a full one
-  criterion=cross_entropy
-  [[ "$arch" == *_wiki103 ]] && criterion=adaptive_loss
-  # Baevski & Auli (2019) as published with fairseq; SPADE appendix C.3 keeps these settings.
-  # shellcheck disable=SC2086
-  fairseq_train "$data_bin" --user-dir "$user_dir" --task language_modeling --arch "$arch" \
-    --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none \
-    --max-tokens "$tokens_per_sample" --update-freq 3 --max-update 286000 \
-    --optimizer nag --lr 1.0 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 \
-    --warmup-updates 16000 --warmup-init-lr 1e-07 --stop-min-lr 1e-09 --clip-norm 0.1 \
-    --criterion "$criterion" --seed 1 --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
-    --log-format simple --log-interval 100 ${TRAIN_ARGS:-}
+  for arch in $archs; do
+    # the *_wiki103 architectures have an adaptive softmax, whose loss is adaptive_loss; the others a full one
+    criterion=cross_entropy
+    [[ "$arch" == *_wiki103 ]] && criterion=adaptive_loss
+    for seed in $seeds; do
+      save_dir="$work_dir/checkpoints/${arch}_seed$seed"
+      log "stage 2: fairseq-train --arch $arch --seed $seed -> $save_dir (resumes from checkpoint_last.pt if present)"
+      # shellcheck disable=SC2046,SC2086
+      fairseq_train "$data_bin" --user-dir "$user_dir" --task language_modeling --arch "$arch" $(arch_args "$arch") \
+        --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none $optim_args \
+        --criterion "$criterion" --seed "$seed" --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
+        --log-format simple --log-interval 100 ${TRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/train_${arch}_seed$seed.log"
+    done
+  done
 fi
 
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
-  for split in valid test; do
-    log "stage 3: fairseq-eval-lm on $split (tokens per sample $tokens_per_sample, context window $context_window)"
-    # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple (8 by
-    # default), which here would be the last block of the split: score every block.
-    # The log streams as it comes, but its perplexity line only once tokens were scored (with none, eval-lm
-    # prints "Perplexity: 1.00" and exits 0).
-    f="$work_dir/eval_${arch}_$split.log"
-    # shellcheck disable=SC2086
-    run fairseq-eval-lm "$data_bin" --user-dir "$user_dir" --path "$save_dir/checkpoint_best.pt" \
-      --gen-subset "$split" --tokens-per-sample "$tokens_per_sample" --context-window "$context_window" \
-      --max-tokens "$tokens_per_sample" --required-batch-size-multiple 1 --softmax-batch 1024 ${EVAL_ARGS:-} 2>&1 |
-      tee "$f" | { grep -v 'Perplexity: ' || true; }
-    scored_tokens "$f" >/dev/null || exit 1
-    grep 'Perplexity: ' "$f" | tail -1
+  for arch in $archs; do
+    for seed in $seeds; do
+      for split in valid test; do
+        log "stage 3: fairseq-eval-lm ${arch} (seed $seed) on $split (tokens per sample $tokens_per_sample," \
+          "context window $context_window)"
+        # fairseq 0.12 drops a last batch whose size is not a multiple of --required-batch-size-multiple (8 by
+        # default), which here would be the last block of the split: score every block.
+        # The log streams as it comes, but its perplexity line only once tokens were scored (with none, eval-lm
+        # prints "Perplexity: 1.00" and exits 0).
+        f="$work_dir/eval_${arch}_seed${seed}_$split.log"
+        # shellcheck disable=SC2086
+        run fairseq-eval-lm "$data_bin" --user-dir "$user_dir" \
+          --path "$work_dir/checkpoints/${arch}_seed$seed/checkpoint_best.pt" --gen-subset "$split" \
+          --tokens-per-sample "$tokens_per_sample" --context-window "$context_window" \
+          --max-tokens "$tokens_per_sample" --required-batch-size-multiple 1 --softmax-batch 1024 ${EVAL_ARGS:-} \
+          2>&1 | tee "$f" | { grep -v 'Perplexity: ' || true; }
+        scored_tokens "$f" >/dev/null || exit 1
+        grep 'Perplexity: ' "$f" | tail -1
+      done
+    done
   done
 fi
 
 if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
-  log "stage 4: perplexity table"
+  log "stage 4: perplexity table (seeds: $seeds)"
+  table="$(
+    echo "| model | parameters | valid ppl | test ppl |"
+    echo "|---|---|---|---|"
+    for arch in $archs; do
+      row=""
+      for split in valid test; do
+        values="$(mktemp)"
+        for seed in $seeds; do
+          f="$work_dir/eval_${arch}_seed${seed}_$split.log"
+          [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
+          scored_tokens "$f" >/dev/null || exit 1
+          ppl="$({ grep -o 'Perplexity: [0-9.]*' "$f" || true; } | tail -1 | cut -d' ' -f2)"
+          [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
+          echo "$ppl" >> "$values"
+        done
+        row="$row $(summary "$values") |"
+        rm -f "$values"
+      done
+      f="$work_dir/train_${arch}_seed${seeds%% *}.log"
+      params="$({ grep -so 'num. shared model params: [0-9,]*' "$f" || true; } | tail -1 | awk '{print $NF}')"
+      [[ -n "$params" ]] || { echo "no parameter count in $f: run stage 2 first" >&2; exit 1; }
+      runs=""
+      [[ "$(wc -w <<< "$seeds")" -gt 1 ]] && runs=" ($(wc -w <<< "$seeds") seeds)"
+      echo "| $arch$runs | $params |$row"
+    done
+  )"
   echo
-  echo "| model | valid ppl | test ppl |"
-  echo "|---|---|---|"
-  row="| $arch |"
-  for split in valid test; do
-    f="$work_dir/eval_${arch}_$split.log"
-    [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
-    scored_tokens "$f" >/dev/null || exit 1
-    ppl="$({ grep -o 'Perplexity: [0-9.]*' "$f" || true; } | tail -1 | cut -d' ' -f2)"
-    [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
-    row="$row $ppl |"
+  echo "$table"
+fi
+
+if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
+  log "stage 5: test perplexity by the distance to the previous occurrence of the same word (seeds: $seeds)"
+  checkpoints=()
+  for arch in $archs; do
+    for seed in $seeds; do
+      checkpoints+=(--checkpoint "$arch=$work_dir/checkpoints/${arch}_seed$seed/checkpoint_best.pt")
+    done
   done
-  echo "$row"
+  run python "$repo/scripts/lm_distance_perplexity.py" "$data_bin" "${checkpoints[@]}" --split test \
+    --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm > "$work_dir/distance_table.md"
+  echo
+  cat "$work_dir/distance_table.md"
 fi

@@ -1,8 +1,9 @@
 """The user-facing command-line programs, installed as console commands (``pyproject.toml``'s ``[project.scripts]``).
 
 One module per command, each with a ``main(argv) -> exit status``: ``prepare_librispeech``
-(``ssm-prepare-librispeech``), ``average_checkpoints`` (``ssm-average-checkpoints``) and ``plot_kernels``
-(``ssm-plot-kernels``); ``ssm-transcribe`` is ``ssm_fairseq.transcribe``. ``scripts/NAME.py`` in the repository
+(``ssm-prepare-librispeech``), ``average_checkpoints`` (``ssm-average-checkpoints``), ``prepare_lm_text``
+(``ssm-prepare-lm-text``), ``plot_kernels`` (``ssm-plot-kernels``) and ``lm_distance_perplexity``
+(``ssm-lm-distance-ppl``); ``ssm-transcribe`` is ``ssm_fairseq.transcribe``. ``scripts/NAME.py`` in the repository
 runs the same ``main``, so ``python scripts/NAME.py`` and ``ssm-NAME`` take the same arguments. Nothing here is
 imported by ``ssm_fairseq`` itself (nor by ``fairseq-train --user-dir``).
 """

@@ -1,7 +1,9 @@
 """The ``spade_lm`` language model: SPADE global layers at the bottom, local-attention layers above.
 
-SPADE paper sections 3.2 and 4.2, appendix C.3. No positional embeddings (the SSM and the causal local
-attention supply order). Incremental decoding runs the SSM in step mode and keeps only the attention window,
+SPADE paper sections 3.2 and 4.2, appendix C.3. No positional embeddings (the SSM supplies order; section 3.2).
+The local-only baselines (``local_lm``, ``local_lm_wiki103``: no global layer) add sinusoidal positions, as the
+paper's "Transformer (window)" (Baevski & Auli's model with window attention) does: without the SSM nothing else
+tells a window-attention layer the order of the tokens in its window. Incremental decoding runs the SSM in step mode and keeps only the attention window,
 so every generated token costs the same whatever the context length.
 """
 import math
@@ -15,7 +17,7 @@ from fairseq.models import (
     register_model,
     register_model_architecture,
 )
-from fairseq.modules import AdaptiveInput, AdaptiveSoftmax
+from fairseq.modules import AdaptiveInput, AdaptiveSoftmax, SinusoidalPositionalEmbedding
 from omegaconf import II
 from torch import Tensor, nn
 
@@ -43,6 +45,9 @@ class SpadeLMConfig(FairseqDataclass):
     ssm_state_size: int = field(default=64, metadata={"help": "SSM state size N"})
     ssm_heads: int = field(default=1, metadata={"help": "heads of the mssm kernel"})
     train_ssm_ab: bool = field(default=False, metadata={"help": "train S4's A and B (SPADE freezes them)"})
+    positional_embeddings: ChoiceEnum(["none", "sinusoidal"]) = field(default="none", metadata={
+        "help": "absolute positions added to the token embeddings: none (SPADE: the SSM supplies order) or "
+                "sinusoidal (the local-only baselines)"})
     activation_fn: ChoiceEnum(list(ACTIVATIONS)) = field(default="gelu", metadata={"help": "FFN activation"})
     dropout: float = field(default=0.1, metadata={"help": "dropout"})
     attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention weights"})
@@ -93,6 +98,10 @@ class SpadeDecoder(LayerCacheDecoder):
         self.padding_idx = dictionary.pad()
         self.max_target_positions = cfg.max_target_positions or cfg.tokens_per_sample
         self.dropout = nn.Dropout(cfg.dropout)
+        self.embed_positions = None
+        if cfg.positional_embeddings == "sinusoidal":
+            self.embed_positions = SinusoidalPositionalEmbedding(
+                dim, self.padding_idx, init_size=self.max_target_positions + self.padding_idx + 1)
         self.layers = nn.ModuleList(
             SpadeLayer(
                 dim, cfg.decoder_ffn_embed_dim, cfg.decoder_attention_heads, cfg.attention_window,
@@ -126,10 +135,14 @@ class SpadeDecoder(LayerCacheDecoder):
     def extract_features(self, tokens: Tensor, incremental_state=None) -> Tensor:
         """``B x L`` tokens -> ``B x L x D``. Incrementally, ``tokens`` is the whole prefix so far (fairseq's
         convention) and only the positions not seen before are computed."""
+        prefix = tokens
         tokens, caches = self.unseen(tokens, incremental_state)
         padding_mask = tokens.eq(self.padding_idx)
         padding_mask = padding_mask if caches is None and padding_mask.any() else None
-        x = self.dropout(self.embed_scale * self.embed_tokens(tokens))
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.embed_positions is not None:  # the new tokens' positions in the whole prefix
+            x = x + self.embed_positions(prefix)[:, prefix.shape[1] - tokens.shape[1]:]
+        x = self.dropout(x)
         for i, layer in enumerate(self.layers):
             x = layer(x, padding_mask, None if caches is None else caches[i])
         return self.final_norm(x)
@@ -155,6 +168,13 @@ def spade_lm_wiki103(args):
 
 @register_model_architecture("spade_lm", "local_lm_wiki103")
 def local_lm_wiki103(args):
-    """The local-only baseline: ``spade_lm_wiki103`` without global layers (window attention only)."""
-    set_defaults(args, global_layers=0)
+    """The local-only baseline, the paper's "Transformer (window)": ``spade_lm_wiki103`` without global layers
+    (window attention only), with sinusoidal positions."""
+    set_defaults(args, global_layers=0, positional_embeddings="sinusoidal")
     spade_lm_wiki103(args)
+
+
+@register_model_architecture("spade_lm", "local_lm")
+def local_lm(args):
+    """The local-only counterpart of ``spade_lm``: no global layer (window attention only), sinusoidal positions."""
+    set_defaults(args, global_layers=0, positional_embeddings="sinusoidal")
