@@ -51,6 +51,16 @@ def test_local_baseline_has_sinusoidal_positions_and_decodes_incrementally():
         assert not torch.allclose(_full_log_probs(model, tokens), full, atol=1e-3)
 
 
+def test_a_local_baseline_saved_before_positions_existed_loads_without_them():
+    from fairseq import models
+    from omegaconf import open_dict
+    _, cfg, task = build("local_lm", *SMALL[:-2])
+    assert cfg.model.positional_embeddings == "sinusoidal"
+    with open_dict(cfg.model):
+        del cfg.model["positional_embeddings"]  # as an earlier release saved it (its local models had no positions)
+    assert models.build_model(cfg.model, task).decoder.embed_positions is None
+
+
 def test_beam_reordering_keeps_incremental_equal_to_full():
     model = build("spade_lm", *SMALL)[0].eval()
     tokens = torch.randint(4, 30, (3, 60))

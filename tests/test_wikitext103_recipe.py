@@ -57,6 +57,17 @@ def test_distance_table_scores_every_test_token_as_eval_lm_does(trained):
                     "64", "--device", "cpu"])
     assert f"| m (2 runs) | {rows['spade_lm_wiki103'].split(' | ')[1]} | {everything:.2f} ({everything:.2f}-" \
            f"{everything:.2f}) |" in twice, twice
+    # --only: the capitalised words the model knows, counted in the raw test split
+    known = {line.split()[0] for line in (trained / "data-bin/dict.txt").read_text().splitlines()}
+    words = (REPO / "recipes/wikitext103/sample/wiki.test.tokens").read_text().split()
+    capitalised = sum(1 for w in words if re.fullmatch("[A-Z].*", w) and w in known)
+    only = run_ok([str(BIN / "python"), "scripts/lm_distance_perplexity.py", str(trained / "data-bin"), "--checkpoint",
+                   f"m={trained / CHECKPOINT}", "--tokens-per-sample", "64", "--device", "cpu", "--only", "[A-Z].*"])
+    assert f"all ({capitalised} tokens matching [A-Z].*)" in only and capitalised > 20, only
+    result = subprocess.run([str(BIN / "python"), "scripts/lm_distance_perplexity.py", str(trained / "data-bin"),
+                             "--checkpoint", f"m={trained / CHECKPOINT}", "--tokens-per-sample", "64", "--only", "Zz+"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and "--only 'Zz+': no token of" in result.stderr, result.stderr[-1000:]
     out = run_ok([str(BIN / "fairseq-eval-lm"), str(trained / "data-bin"), "--user-dir", "ssm_fairseq",
                   "--path", str(trained / CHECKPOINT), "--gen-subset", "test", "--tokens-per-sample", "64",
                   "--context-window", "0", "--max-tokens", "64", "--required-batch-size-multiple", "1", "--cpu"])
@@ -149,6 +160,7 @@ def test_the_recipe_trains_the_arch_its_usage_offers_without_adaptive_softmax(tr
 
 LONG_DOCUMENTS = "recipes/wikitext103/conf/long_documents.sh"
 ARCHS = ("spade_lm", "local_lm", "transformer_lm")
+OPENINGS = {"This", "The", "Everyone", "At", "After", "In", "Before", "That"}  # capitalised words that are not names
 
 
 def test_long_documents_sample_compares_equal_sized_models(tmp_path):
@@ -172,6 +184,10 @@ def test_long_documents_sample_compares_equal_sized_models(tmp_path):
     names = [row.split(" | ")[0].lstrip("| ") for row in distance.splitlines()[2:]]
     assert names == ["spade_lm", "spade_lm, SSM output zeroed", "local_lm", "transformer_lm"], distance
     assert "last seen <= 32 tokens back" in distance  # spade_lm's reach: 2 layers x window 16
+    names = (tmp_path / "distance_table_words.md").read_text()  # the conf's WORD_PATTERN: the invented names
+    count = int(re.search(r"all \((\d+) tokens matching ", names).group(1))
+    test_words = (tmp_path / "raw/wiki.test.tokens").read_text().split()
+    assert count == sum(1 for w in test_words if w[0].isupper() and w not in OPENINGS) > 50, names
 
 
 def test_tables_summarise_seeds_as_mean_and_range(tmp_path):

@@ -8,7 +8,8 @@
 # (resumes from checkpoint_last.pt), 3 fairseq-eval-lm on valid and test (TOKENS_PER_SAMPLE tokens per block, of
 # which CONTEXT_WINDOW are context only), 4 a markdown perplexity table with each model's parameters, 5 test
 # perplexity split by the distance to the previous occurrence of the same word (within or beyond the local
-# attention's reach), with each SSM model also scored with its SSM outputs zeroed (ssm-lm-distance-ppl). With
+# attention's reach), with each SSM model also scored with its SSM outputs zeroed (ssm-lm-distance-ppl), and
+# again for the words matching WORD_PATTERN when the conf sets one (conf/long_documents.sh: the names). With
 # several seeds a cell is the mean (min-max) over them. Every stage can be re-run on its own.
 #
 # --conf: conf/wikitext103.sh (WikiText-103 at the paper's scale, the default) or conf/long_documents.sh (the
@@ -192,4 +193,12 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
     --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm > "$work_dir/distance_table.md"
   echo
   cat "$work_dir/distance_table.md"
+  if [[ -n "$word_pattern" ]]; then
+    log "stage 5: the same for the words matching $word_pattern only"
+    run python "$repo/scripts/lm_distance_perplexity.py" "$data_bin" "${checkpoints[@]}" --split test \
+      --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm --only "$word_pattern" \
+      > "$work_dir/distance_table_words.md"
+    echo
+    cat "$work_dir/distance_table_words.md"
+  fi
 fi

@@ -17,7 +17,8 @@ in the context the model was given:
 The split is read as ``fairseq-eval-lm --context-window 0 --sample-break-mode none`` reads it: one stream of
 tokens (every line ending with ``</s>``) cut into blocks of ``--tokens-per-sample`` targets, each predicted from
 the block's own tokens shifted by one (the first from ``</s>``), so every token is scored once and the overall
-perplexity equals eval-lm's. Checkpoints given under one name (the seeds of one model) make one row: each
+perplexity equals eval-lm's. ``--only REGEX`` reports only the tokens whose word matches (``re.fullmatch``; the
+models still read every token), to follow one kind of word, such as names. Checkpoints given under one name (the seeds of one model) make one row: each
 perplexity's mean (min-max) over them. ``--ablate-ssm`` adds, below every model with SSM sub-layers, a row with the
 same weights and those sub-layers' outputs zeroed (``ssm_fairseq.modules.ssm_ablation``). Prints a markdown table;
 a checkpoint that does not load, or a split without tokens, stops the run.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,11 +141,12 @@ def spread(values: list[float]) -> str:
     return f"{mean:.2f}" if len(values) == 1 else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def table(rows: list[tuple[str, int, list[BucketLoss]]], reach: int, block: int) -> str:
+def table(rows: list[tuple[str, int, list[BucketLoss]]], reach: int, block: int, only: str | None = None) -> str:
     """The markdown table of the rows ``(model, parameters, losses of each of its checkpoints)``: a perplexity per
-    cell, or its mean (min-max) over the checkpoints of a row."""
+    cell, or its mean (min-max) over the checkpoints of a row; ``only``: the pattern the scored words matched."""
     counts = rows[0][2][0].count
-    header = (f"| model | parameters | all ({counts['all']} tokens) | near: last seen <= {reach} tokens back "
+    scored = "tokens" if only is None else f"tokens matching {only}"
+    header = (f"| model | parameters | all ({counts['all']} {scored}) | near: last seen <= {reach} tokens back "
               f"({counts['near']}) | beyond: last seen > {reach} back ({counts['beyond']}) | first in its "
               f"{block}-token block ({counts['first']}) |")
     lines = [header, "|---|---|---|---|---|---|"]
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                         "model's layers x window)")
     parser.add_argument("--ablate-ssm", action="store_true",
                         help="also score every model with SSM sub-layers with their outputs zeroed")
+    parser.add_argument("--only", metavar="REGEX", help="report only the tokens whose word matches (re.fullmatch)")
     parser.add_argument("--batch-size", type=int, default=8, help="blocks per forward pass")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
@@ -194,19 +198,25 @@ def main(argv: list[str] | None = None) -> int:
     reach = args.reach or next((r for r in (local_reach(c) for *_, c in first) if r is not None), None)
     if reach is None or reach < 1:
         parser.error("no model has local attention to take the reach from: give --reach (a positive number)")
-    dictionary = first[0][1].source_dictionary
-    for name, runs in loaded.items():
-        for path, (_, task, _) in zip(named[name], runs):
-            if task.source_dictionary.symbols != dictionary.symbols:
-                raise ValueError(f"{path}: loaded with a dictionary other than {args.data_bin}/dict.txt")
+    dictionary = first[0][1].source_dictionary  # every model's: data_bin's dict.txt
     stream = token_stream(args.data_bin, args.split, dictionary)
     buckets = distance_buckets(stream, args.tokens_per_sample, reach)
+    selected = [True] * len(buckets)
+    if args.only is not None:
+        try:
+            pattern = re.compile(args.only)
+        except re.error as error:
+            parser.error(f"--only {args.only!r}: {error}")
+        selected = [pattern.fullmatch(dictionary[token]) is not None for token in stream.tolist()]
+        if not any(selected):
+            parser.error(f"--only {args.only!r}: no token of {args.data_bin / args.split} matches")
 
     def bucket_loss(model) -> BucketLoss:
         loss = BucketLoss()
         nll = token_nll(model, stream, args.tokens_per_sample, dictionary.eos(), args.batch_size, device)
-        for bucket, value in zip(buckets, nll.tolist()):
-            loss.add(bucket, value)
+        for bucket, value, keep in zip(buckets, nll.tolist(), selected):
+            if keep:
+                loss.add(bucket, value)
         return loss
 
     rows = []
@@ -225,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 with ssm_outputs_zeroed(model):
                     ablated.append(bucket_loss(model))
             rows.append((f"{name}, SSM output zeroed", rows[-1][1], ablated))
-    print(table(rows, reach, args.tokens_per_sample))
+    print(table(rows, reach, args.tokens_per_sample, args.only))
     return 0
 
 

@@ -18,7 +18,7 @@ from fairseq.models import (
     register_model_architecture,
 )
 from fairseq.modules import AdaptiveInput, AdaptiveSoftmax, SinusoidalPositionalEmbedding
-from omegaconf import II
+from omegaconf import II, DictConfig
 from torch import Tensor, nn
 
 from ..modules.causal_ssm import SSM_CHOICES
@@ -166,15 +166,22 @@ def spade_lm_wiki103(args):
     )
 
 
+def _local_positions(args) -> str:
+    """The local baselines' positions: sinusoidal, except in a model configuration saved before the option existed
+    (a ``DictConfig`` read from a checkpoint of an earlier release, whose local models had no positions); a new
+    configuration gets the field from the command line's arch defaults before it is ever saved."""
+    return "none" if isinstance(args, DictConfig) and "positional_embeddings" not in args else "sinusoidal"
+
+
 @register_model_architecture("spade_lm", "local_lm_wiki103")
 def local_lm_wiki103(args):
     """The local-only baseline, the paper's "Transformer (window)": ``spade_lm_wiki103`` without global layers
     (window attention only), with sinusoidal positions."""
-    set_defaults(args, global_layers=0, positional_embeddings="sinusoidal")
+    set_defaults(args, global_layers=0, positional_embeddings=_local_positions(args))
     spade_lm_wiki103(args)
 
 
 @register_model_architecture("spade_lm", "local_lm")
 def local_lm(args):
     """The local-only counterpart of ``spade_lm``: no global layer (window attention only), sinusoidal positions."""
-    set_defaults(args, global_layers=0, positional_embeddings="sinusoidal")
+    set_defaults(args, global_layers=0, positional_embeddings=_local_positions(args))

@@ -17,6 +17,8 @@ model_args_transformer_lm="${MODEL_ARGS_TRANSFORMER_LM:---decoder-ffn-embed-dim 
 tokens_per_sample="${TOKENS_PER_SAMPLE:-512}"
 context_window="${CONTEXT_WINDOW:-0}"
 reach="${REACH:-}"
+# the invented names: capitalised words other than the sentence openings the generator writes
+word_pattern="${WORD_PATTERN:-(?!(This|The|Everyone|At|After|In|Before|That)\$)[A-Z][a-z]+}"
 optim_args="${OPTIM_ARGS:---max-tokens 4096 --update-freq 1 --max-update 1500 --optimizer adam \
 --adam-betas (0.9,0.98) --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-07 \
 --clip-norm 1.0 --validate-interval-updates 250}"

@@ -10,6 +10,7 @@ model_args="${MODEL_ARGS:-}"                      # for every architecture; MODE
 tokens_per_sample="${TOKENS_PER_SAMPLE:-3072}"
 context_window="${CONTEXT_WINDOW:-400}"           # stage 3: tokens of context before each scored block
 reach="${REACH:-}"                                # stage 5's near/beyond boundary (default: layers x window)
+word_pattern="${WORD_PATTERN:-}"                  # stage 5 also scores the words matching it alone (re.fullmatch)
 # the batch, optimiser and schedule (TRAIN_ARGS adds arguments after them)
 optim_args="${OPTIM_ARGS:---max-tokens $tokens_per_sample --update-freq 3 --max-update 286000 --optimizer nag --lr 1.0 \
 --lr-scheduler cosine --lr-period-updates 270000 --t-mult 2 --lr-shrink 0.75 --warmup-updates 16000 \
