@@ -75,13 +75,14 @@ def name_pool(rng: random.Random, size: int) -> list[str]:
 def document(rng: random.Random, words: int, pool: list[str] | None = None) -> list[str]:
     """Paragraphs of one story of about ``words`` words; its names come from ``pool`` when given (else invented)."""
     setting = rng.choice(sorted(SETTINGS))
-    people, places_count = rng.randint(3, 5), rng.randint(2, 4)
     if pool:
+        people, places_count = rng.randint(3, 5), rng.randint(2, 4)
         names = rng.sample(pool, 2 * people + places_count)
+        cast = [f"{names[2 * i]} {names[2 * i + 1]}" for i in range(people)]
+        places = names[2 * people:]
     else:
-        names = [invented_name(rng) for _ in range(2 * people + places_count)]
-    cast = [f"{names[2 * i]} {names[2 * i + 1]}" for i in range(people)]
-    places = names[2 * people:]
+        cast = [f"{invented_name(rng)} {invented_name(rng)}" for _ in range(rng.randint(3, 5))]
+        places = [invented_name(rng) for _ in range(rng.randint(2, 4))]
     paragraphs = [f"This is the story of {', '.join(cast[:-1])} and {cast[-1]}, who lived in "
                   f"{' and '.join(places)}, in the {setting} country."]
     count = len(paragraphs[0].split())

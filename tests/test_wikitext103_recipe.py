@@ -200,3 +200,14 @@ def test_tables_summarise_seeds_as_mean_and_range(tmp_path):
     env = dict(os.environ, WORK_DIR=str(tmp_path), PYTHON_BIN=str(BIN), ARCHS="toy", SEEDS="1 2")
     out = run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "4", "--stop-stage", "4"], env=env)
     assert "| toy (2 seeds) | 1,234 | 15.00 (10.00-20.00) | 15.00 (10.00-20.00) |" in out, out
+
+
+def test_name_pool_and_split_punctuation(tmp_path):
+    run_ok([str(BIN / "python"), "scripts/make_long_documents.py", str(tmp_path), "--train", "4", "--valid", "1",
+            "--test", "1", "--words", "300", "--name-pool", "14", "--split-punctuation"])
+    words = [w for split in ("train", "valid", "test") for w in (tmp_path / f"{split}.txt").read_text().split()]
+    assert len({w for w in words if w[0].isupper() and w not in OPENINGS}) <= 14  # every name from the pool
+    assert {".", ","} <= set(words) and not any(len(w) > 1 and w[-1] in ".," for w in words)
+    result = subprocess.run([str(BIN / "python"), "scripts/make_long_documents.py", str(tmp_path), "--name-pool", "5"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and "--name-pool must hold at least 14 names" in result.stderr
