@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from spade_cases import SMALL, build
+from ssm_fairseq.cli import lm_distance_perplexity
 from ssm_fairseq.cli.lm_distance_perplexity import BucketLoss, distance_buckets, table, token_nll
 from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
@@ -22,8 +23,14 @@ def test_buckets_count_back_within_what_the_block_sees():
     assert distance_buckets(stream, block=9, reach=2)[5] == "beyond"  # one block: 6 at 5 was last seen 4 back
 
 
-def test_token_nll_scores_every_token_once_from_shifted_blocks():
-    model, _, task = build("spade_lm", *SMALL, tokens_per_sample=16)
+ADAPTIVE = ("--adaptive-input-cutoff", "10,20", "--adaptive-softmax-cutoff", "10,20", "--adaptive-softmax-dropout", "0")
+
+
+@pytest.mark.parametrize("arch, extra", [("spade_lm", ()), ("spade_lm_wiki103", ADAPTIVE)])
+@pytest.mark.parametrize("softmax_elements", [1 << 24, 100])  # all positions at once; one position at a time
+def test_token_nll_scores_every_token_once_from_shifted_blocks(monkeypatch, arch, extra, softmax_elements):
+    monkeypatch.setattr(lm_distance_perplexity, "SOFTMAX_ELEMENTS", softmax_elements)
+    model, _, task = build(arch, *SMALL, *extra, tokens_per_sample=16)
     model.eval()
     stream = torch.randint(4, 30, (37,))
     eos = task.source_dictionary.eos()

@@ -36,6 +36,7 @@ import torch
 
 logger = logging.getLogger("lm_distance_perplexity")
 BUCKETS = ("near", "beyond", "first")
+SOFTMAX_ELEMENTS = 1 << 24  # most log-probabilities held at once (64 MiB in float32)
 
 
 @dataclass
@@ -106,9 +107,16 @@ def token_nll(model, stream: torch.Tensor, block: int, eos: int, batch_size: int
         length = min(block, stream.numel() - batch[0])
         source = torch.stack([shifted[s:s + length] for s in batch]).to(device)
         target = torch.stack([stream[s:s + length] for s in batch]).to(device)
-        output = model(source)
-        lprobs = model.get_normalized_probs(output, log_probs=True, sample={"target": target}).float()
-        scores = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).double().cpu()
+        features, _ = model(source, features_only=True)
+        # the output layer and softmax a few positions at a time: B x L x V log-probabilities at once would be
+        # gigabytes for WikiText-103's 267k words (what fairseq-eval-lm's --softmax-batch avoids)
+        step = max(1, SOFTMAX_ELEMENTS // (len(batch) * len(model.decoder.dictionary)))
+        scores = torch.cat([
+            -model.get_normalized_probs((model.decoder.output_layer(features[:, a:a + step]), None), log_probs=True,
+                                        sample={"target": target[:, a:a + step]})
+            .float().gather(-1, target[:, a:a + step, None]).squeeze(-1)
+            for a in range(0, length, step)
+        ], dim=1).double().cpu()
         for row, s in enumerate(batch):
             nll[s:s + length] = scores[row]
         if done % 20 == 0 or done == len(batches):
