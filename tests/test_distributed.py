@@ -147,7 +147,7 @@ def test_spade_lm_ranks_agree_and_match_one_process(tmp_path, bin_dir):
     assert "torchrun: 2 processes on this node, 2 in all" in ranks
     single = run_ok([*recipe, "--stage", "2"],
                     env=dict(env, TRAIN_ARGS=f"{SPADE_LM} {CPU_DDP} --update-freq 2 --save-dir {tmp_path / 'single'}"))
-    _assert_ranks_identical(tmp_path / "work/checkpoints/spade_lm")
+    _assert_ranks_identical(tmp_path / "work/checkpoints/spade_lm_seed1")
     _assert_same_training(ranks, single, updates=4)
 
 
