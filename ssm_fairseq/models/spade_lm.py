@@ -3,8 +3,8 @@
 SPADE paper sections 3.2 and 4.2, appendix C.3. No positional embeddings (the SSM supplies order; section 3.2).
 The local-only baselines (``local_lm``, ``local_lm_wiki103``: no global layer) add sinusoidal positions, as the
 paper's "Transformer (window)" (Baevski & Auli's model with window attention) does: without the SSM nothing else
-tells a window-attention layer the order of the tokens in its window. Incremental decoding runs the SSM in step mode and keeps only the attention window,
-so every generated token costs the same whatever the context length.
+tells a window-attention layer the order of the tokens in its window. Incremental decoding runs the SSM in step
+mode and keeps only the attention window, so every generated token costs the same whatever the context length.
 """
 import math
 from dataclasses import dataclass, field

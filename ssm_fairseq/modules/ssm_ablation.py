@@ -3,7 +3,8 @@
 A global layer that can be removed at no cost has learned nothing the local layers lack; evaluating a checkpoint
 inside ``ssm_outputs_zeroed(model)`` measures what its SSM contributes. Zeroed are the outputs of the causal SSM
 sub-layers (``CausalSSM``: SPADE's decoder global layers) and of the bidirectional SSM blocks
-(``BidirectionalSSM``: SPADE's encoder global layers). In a SPADE global layer the merge then reads
+(``BidirectionalSSM``: SPADE's encoder global layers; also the MSSM block of an MSSM encoder layer, where it is the
+layer's only mixing of positions). In a SPADE global layer the merge then reads
 ``LN(0)``, the SSM LayerNorm's bias: a constant, so nothing of the input reaches the merge through the SSM path.
 Only ``forward`` is affected (a decoder's step mode is not).
 """
