@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labelled", type=int, default=400, help="labelled passages (4/5 train, 1/5 valid)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name-pool", type=int, default=0,
-                        help="draw every document's names from one pool of this many (0: each document invents its own)")
+                        help="draw every document's names from one pool of this many (0: each invents its own)")
     parser.add_argument("--split-punctuation", action="store_true", help="commas and full stops as separate words")
     args = parser.parse_args(argv)
     if args.name_pool and args.name_pool < 2 * 5 + 4:

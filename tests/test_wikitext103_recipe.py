@@ -103,7 +103,8 @@ def test_fairseq_generate_continues_prompts(trained, tmp_path):
     run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--testpref", str(tmp_path / "prompts.txt"),
           "--srcdict", str(trained / "data-bin/dict.txt"), "--destdir", str(tmp_path / "prompts-bin")])
     out = run_ok([str(BIN / "fairseq-generate"), str(tmp_path / "prompts-bin"), "--user-dir", "ssm_fairseq", "--task",
-                "language_modeling", "--path", str(trained / CHECKPOINT), "--gen-subset", "test", "--beam", "2", "--max-len-b", "20", "--batch-size", "2", "--cpu",
+                "language_modeling", "--path", str(trained / CHECKPOINT), "--gen-subset", "test", "--beam", "2",
+                "--max-len-b", "20", "--batch-size", "2", "--cpu",
                 "--tokens-per-sample", "64", "--sample-break-mode", "eos", "--required-batch-size-multiple", "1"])
     hypotheses = dict(re.findall(r"^H-(\d+)\t\S+\t(.+)$", out, flags=re.M))
     assert sorted(hypotheses) == ["0", "1", "2"]

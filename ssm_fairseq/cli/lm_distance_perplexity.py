@@ -15,10 +15,11 @@ in the context the model was given:
 * **first**: the token does not occur earlier in the context.
 
 The split is read as ``fairseq-eval-lm --context-window 0 --sample-break-mode none`` reads it: one stream of
-tokens (every line ending with ``</s>``) cut into blocks of ``--tokens-per-sample`` targets, each predicted from
-the block's own tokens shifted by one (the first from ``</s>``), so every token is scored once and the overall
-perplexity equals eval-lm's. ``--only REGEX`` reports only the tokens whose word matches (``re.fullmatch``; the
-models still read every token), to follow one kind of word, such as names. Checkpoints given under one name (the seeds of one model) make one row: each
+tokens (every line ending with ``</s>``) cut into blocks of ``--tokens-per-sample`` targets, each block read as
+the stream shifted by one (the token before it, then its own tokens but the last; the stream's first token is
+predicted from ``</s>``), so every token is scored once and the overall perplexity equals eval-lm's. ``--only
+REGEX`` reports only the tokens whose word matches (``re.fullmatch``; the models still read every token), to follow
+one kind of word, such as names. Checkpoints given under one name (the seeds of one model) make one row: each
 perplexity's mean (min-max) over them. ``--ablate-ssm`` adds, below every model with SSM sub-layers, a row with the
 same weights and those sub-layers' outputs zeroed (``ssm_fairseq.modules.ssm_ablation``). Prints a markdown table;
 a checkpoint that does not load, or a split without tokens, stops the run.
@@ -137,7 +138,8 @@ def load(path: Path, data_bin: Path, device: torch.device):
 
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)],
+                                                                      arg_overrides={"data": str(data_bin)})
     model = models[0]
     model.prepare_for_inference_(cfg)
     return model.to(device), task, cfg.model
