@@ -212,3 +212,15 @@ def test_name_pool_and_split_punctuation(tmp_path):
     result = subprocess.run([str(BIN / "python"), "scripts/make_long_documents.py", str(tmp_path), "--name-pool", "5"],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "--name-pool must hold at least 14 names" in result.stderr
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("SEEDS", "1 x", "SEEDS: 'x' is not a non-negative integer"),
+    ("SEEDS", " ", "SEEDS: no seed given"),
+    ("ARCHS", " ", "ARCHS: no architecture given"),
+])
+def test_the_recipe_refuses_bad_seeds_and_architectures(tmp_path, variable, value, message):
+    env = dict(os.environ, WORK_DIR=str(tmp_path), PYTHON_BIN=str(BIN), **{variable: value})
+    result = subprocess.run(["bash", "recipes/wikitext103/run.sh", "--stage", "4"], capture_output=True, text=True,
+                            cwd=REPO, env=env)
+    assert result.returncode == 2 and result.stderr.strip() == message, result.stderr[-2000:]
