@@ -76,6 +76,31 @@ def test_backward_branch_is_the_reversed_forward_ssm_of_the_reversed_input():
     assert torch.allclose(block.backward_ssm(x), mirror(x.flip(1)).flip(1), atol=1e-5)
 
 
+def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_one():
+    torch.manual_seed(0)
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4).double()
+    x = torch.randn(2, 15, 8, dtype=torch.float64)
+    padding_mask = torch.zeros(2, 15, dtype=torch.bool)
+    padding_mask[1, 11:] = True
+
+    def output_and_grads(kernels):
+        block.zero_grad()
+        if kernels is None:  # the block's own path: all four kernels in one generation
+            y = block(x, padding_mask)
+        else:
+            y = block.out_proj(torch.cat([block.forward_ssm(x, padding_mask, kernels[0]),
+                                          block.backward_ssm(x, padding_mask, kernels[1])], dim=-1))
+        y.square().sum().backward()
+        return y.detach(), [p.grad.clone() for p in block.parameters()]
+
+    separate = [[k(15) for k in ssm.kernels] for ssm in (block.forward_ssm, block.backward_ssm)]
+    y_ref, grads_ref = output_and_grads(separate)
+    y, grads = output_and_grads(None)
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
 def test_bad_configurations_are_rejected():
     with pytest.raises(ValueError, match="even number of heads"):
         MultiHeadSSM(9, heads=3, gating="ihg")

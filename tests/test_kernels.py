@@ -178,3 +178,45 @@ def test_inference_reuses_the_kernel_until_a_parameter_changes(name):
     kernel.train()
     trained, _ = kernel(25)  # training never uses the cache
     assert trained.requires_grad
+
+
+def test_batched_mssm_kernels_equal_the_kernels_generated_one_by_one():
+    from ssm_fairseq.ssm.batched_kernels import batched_kernels, can_batch
+
+    torch.manual_seed(0)
+    kernels = [MSSMKernel(8, 4, out_channels=2, heads=2).double() for _ in range(3)]
+    weights = [torch.randn(2, 8, 21, dtype=torch.float64) for _ in kernels]
+
+    def loss_and_grads(outputs):
+        for k in kernels:
+            k.zero_grad()
+        sum((K * w).sum() + D.square().sum() for (K, D), w in zip(outputs, weights)).backward()
+        return [[p.grad.clone() for p in k.parameters()] for k in kernels]
+
+    one_by_one = [k(21) for k in kernels]
+    expected_grads = loss_and_grads(one_by_one)
+    assert can_batch(kernels)
+    rng = torch.get_rng_state()
+    batched = batched_kernels(kernels, 21)
+    assert torch.equal(torch.get_rng_state(), rng), "batching must not draw random numbers (exact resume)"
+    for (K, D), (K_ref, D_ref) in zip(batched, one_by_one):
+        torch.testing.assert_close(K, K_ref, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(D, D_ref)
+    for grads, expected in zip(loss_and_grads(batched), expected_grads):
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_kernels_that_cannot_be_batched_are_generated_one_by_one():
+    from ssm_fairseq.ssm.batched_kernels import batched_kernels, can_batch
+
+    different_heads = [MSSMKernel(8, 4, heads=2), MSSMKernel(8, 4, heads=4)]
+    mixed_types = [MSSMKernel(8, 4), S4DKernel(8, 4)]
+    assert not can_batch(different_heads) and not can_batch(mixed_types) and not can_batch(different_heads[:1])
+    with torch.no_grad():  # inference: each kernel keeps its own cache
+        assert not can_batch([MSSMKernel(8, 4).eval(), MSSMKernel(8, 4).eval()])
+    for kernels in (different_heads, mixed_types):
+        for (K, D), kernel in zip(batched_kernels(kernels, 10), kernels):
+            K_ref, D_ref = kernel(10)
+            torch.testing.assert_close(K, K_ref)
+            torch.testing.assert_close(D, D_ref)

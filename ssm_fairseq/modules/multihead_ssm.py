@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..ssm import MSSMKernel, S4Kernel, fft_conv
+from ..ssm.batched_kernels import batched_kernels
 
 GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
 
@@ -99,13 +100,19 @@ class MultiHeadSSM(nn.Module):
         y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
         return F.glu(y, dim=2).reshape(B, D, L)
 
-    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
-        """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``."""
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None,
+                kernels: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
+
+        ``kernels``: each stage's ``(K, D)`` at length ``L`` if the caller generated them (``BidirectionalSSM``
+        generates both directions' kernels in one call); by default the stages' kernels are generated together.
+        """
         if self.in_proj is not None:
             x = self.in_proj(x)
         L = x.shape[1]
-        for i, kernel in enumerate(self.kernels):
-            K, D = kernel(L)
+        if kernels is None:
+            kernels = batched_kernels(list(self.kernels), L)
+        for i, (K, D) in enumerate(kernels):
             y = fft_conv(x.transpose(1, 2), K, D, padding_mask, reverse=self.reverse)
             x = self.dropout(self.activate(y)).transpose(1, 2)
             if i < len(self.linears):

@@ -1,0 +1,60 @@
+"""Several MSSM kernels generated in one call, as one kernel with their heads side by side.
+
+A bidirectional MSSM layer owns four kernels (two directions, two stages); each is a handful of small
+operations (``eigh`` of its ``heads x N x N`` state matrices, the discretisation, the Vandermonde product) whose
+cost on a GPU, and at short lengths on a CPU, is the launching of operations, not arithmetic. The heads of an
+MSSM kernel are independent, so kernels of the same configuration are one kernel with all their heads: their
+parameters are concatenated along the head and channel dimensions, the merged kernel is generated once
+(``torch.func.functional_call`` on a template of the merged shape, so gradients reach each kernel's own
+parameters through the concatenation), and its ``C x (n H) x L`` output is split back. The result equals the
+kernels generated one by one (tested), with a quarter of the operations for four kernels.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+
+from .mssm_kernel import MSSMKernel
+
+# dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
+_STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
+
+
+def _signature(kernel: MSSMKernel) -> tuple:
+    return (kernel.channels, kernel.state_size, kernel.out_channels, kernel.heads, kernel.D.dtype, kernel.D.device)
+
+
+def can_batch(kernels: list) -> bool:
+    """Whether ``kernels`` are two or more ``MSSMKernel`` of one configuration that need generating with autograd
+    (in inference each kernel keeps its own cached kernel, which batching would bypass)."""
+    if len(kernels) < 2 or not all(type(k) is MSSMKernel for k in kernels):
+        return False
+    if not (kernels[0].training or torch.is_grad_enabled()):
+        return False
+    return len({_signature(k) for k in kernels}) == 1
+
+
+def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Tensor]]:
+    """``[kernel(L) for kernel in kernels]`` (each ``K``: ``C x H x L``, ``D``: ``C x H``) in one generation.
+
+    Kernels that ``can_batch`` rejects are generated one by one.
+    """
+    if not can_batch(kernels):
+        return [kernel(L) for kernel in kernels]
+    first, n = kernels[0], len(kernels)
+    template = _template(n * first.channels, first.state_size, first.out_channels, n * first.heads)
+    merged = {name: torch.cat([getattr(k, name) for k in kernels], dim=dim) for name, dim in _STACKING_DIMS.items()}
+    K, D = functional_call(template, merged, (L,), strict=True)
+    return list(zip(K.split(first.channels, dim=1), D.split(first.channels, dim=1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _template(channels: int, state_size: int, out_channels: int, heads: int) -> MSSMKernel:
+    """An MSSM kernel of the merged shape on the meta device: ``functional_call`` replaces all its parameters,
+    so only its shapes and settings are used. Built without drawing from the random generator, so that a run
+    that builds it later (resumed from a checkpoint) draws the same dropout masks as one that built it earlier."""
+    with torch.device("meta"):
+        return MSSMKernel(channels, state_size, out_channels, heads=heads)
