@@ -1,6 +1,7 @@
 """Time and peak memory of one forward+backward, shared by the benchmark scripts.
 
-Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU. On CPU (``tracemalloc`` cannot see torch's
+Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU, read in the same interpreter as the time (one
+child per configuration). On CPU (``tracemalloc`` cannot see torch's
 allocations) it is the growth of the process's peak resident set size (Linux ``/proc``), measured in a fresh
 interpreter per configuration so that runs do not share a high-water mark, with glibc's mmap threshold fixed
 (``MALLOC_MMAP_THRESHOLD_``) so that freed large buffers return to the system. That setting slows allocation
@@ -50,7 +51,9 @@ def _reset_peak_rss() -> int:
 def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> dict:
     """``{"seconds": best of repeats}`` or ``{"peak_mib": peak memory above the baseline}`` of ``run()``.
 
-    ``run`` is called once first as a warm-up (one-time allocations such as FFT plans are not its memory).
+    ``run`` is called once first as a warm-up (one-time allocations such as FFT plans are not its memory). On a
+    GPU, ``what="time"`` also returns ``peak_mib``, the peak of the timed runs (the allocator's counters need no
+    fresh process).
     """
     cuda = device.startswith("cuda")
     run()
@@ -67,6 +70,10 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
             torch.cuda.synchronize()
             return {"peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
         return {"peak_mib": (_status_kib("VmHWM") - base) / 2**10}
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -74,6 +81,8 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+    if cuda:
+        return {"seconds": min(times), "peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
     return {"seconds": min(times)}
 
 
@@ -101,6 +110,10 @@ def child(script: str, args: list[str], env: dict | None = None) -> dict:
 
 
 def in_subprocess(script: str, args: list[str]) -> dict:
-    """Run ``script --what time ARGS`` and ``script --what memory ARGS`` in fresh interpreters; merged JSON."""
+    """Run ``script --what time ARGS`` and ``script --what memory ARGS`` in fresh interpreters; merged JSON.
+
+    With ``--device cuda...`` in ARGS the time child's result already holds the peak memory: one child."""
+    if "--device" in args and args[args.index("--device") + 1].startswith("cuda"):
+        return child(script, ["--what", "time", *args])
     memory_env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     return {**child(script, ["--what", "time", *args]), **child(script, ["--what", "memory", *args], memory_env)}

@@ -10,7 +10,9 @@ forward+backward after a warm-up under ``torch.profiler``. Forward time is attri
 attention, layer norms, dropout); backward time through the autograd nodes that run (``AddmmBackward`` is a
 linear, ``LinalgEighBackward`` kernel generation, ...). What no part claims is "other" (gating, activations,
 residual additions, copies). Times are the profiler's CPU times (with its overhead), for proportions, not for
-speed; with ``--device cuda`` they are host-side (launch) times, not kernel times.
+speed; with ``--device cuda`` they are host-side (launch) times, not kernel times. The ``operators`` column counts
+what one forward+backward launches: the top-level ATen operators on CPU, the GPU kernels with ``--device cuda``.
+Where each costs more to launch than to compute (a GPU at these sizes), time follows this count.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ssm_fairseq.modules import multihead_ssm
+from ssm_fairseq.modules import bidirectional_ssm, multihead_ssm
 from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.modules.local_attention import LocalAttention
 from ssm_fairseq.modules.self_attention import SelfAttention
@@ -46,19 +48,30 @@ def _labelled(module: nn.Module, label: str) -> None:
     module.forward = wrapped
 
 
+# module-level functions that the MSSM block calls by name, and the part each belongs to
+LABELLED_FUNCTIONS = ((multihead_ssm, "fft_conv", "FFT convolution"),
+                      (multihead_ssm, "batched_kernels", "kernel generation"),
+                      (bidirectional_ssm, "batched_kernels", "kernel generation"))
+
+
 @contextmanager
-def labelled_fft_conv():
-    original = multihead_ssm.fft_conv
+def labelled_functions():
+    """Run each of ``LABELLED_FUNCTIONS`` inside ``record_function(its part)`` while the context is open."""
+    originals = [getattr(module, name) for module, name, _ in LABELLED_FUNCTIONS]
 
-    def wrapped(*args, **kwargs):
-        with record_function("FFT convolution"):
-            return original(*args, **kwargs)
+    def labelled(function, label):
+        def wrapped(*args, **kwargs):
+            with record_function(label):
+                return function(*args, **kwargs)
+        return wrapped
 
-    multihead_ssm.fft_conv = wrapped
+    for (module, name, label), original in zip(LABELLED_FUNCTIONS, originals):
+        setattr(module, name, labelled(original, label))
     try:
         yield
     finally:
-        multihead_ssm.fft_conv = original
+        for (module, name, _), original in zip(LABELLED_FUNCTIONS, originals):
+            setattr(module, name, original)
 
 
 def label_parts(layer: nn.Module) -> None:
@@ -75,22 +88,30 @@ def label_parts(layer: nn.Module) -> None:
             _labelled(module, "dropout")
 
 
-def breakdown(layer_type: str, frames: int, batch: int, width: int, device: str) -> tuple[dict, float]:
-    """``({part: milliseconds}, total milliseconds)`` of one forward+backward."""
+def breakdown(layer_type: str, frames: int, batch: int, width: int, device: str) -> tuple[dict, float, int]:
+    """``({part: milliseconds}, total milliseconds, operators launched)`` of one forward+backward."""
     torch.manual_seed(0)
     cfg = LayerConfig(dim=width, ffn_dim=4 * width, dropout=0.1)
     layer = EncoderLayer(layer_type, cfg).to(device).train()
     label_parts(layer)
     x = torch.randn(batch, frames, width, device=device, requires_grad=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    with labelled_fft_conv():
+    with labelled_functions():
         layer(x).square().mean().backward()  # warm-up
         with profile(activities=activities) as prof:
             with record_function("total"):
                 layer(x).square().mean().backward()
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
-    return attribute(prof.events())
+    return (*attribute(prof.events()), operator_count(prof.events(), device))
+
+
+def operator_count(events, device: str) -> int:
+    """GPU kernels launched (CUDA), or ATen operators called from outside another ATen operator (CPU)."""
+    if device.startswith("cuda"):
+        return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return sum(1 for e in events
+               if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
 
 
 def _part(event) -> str | None:
@@ -146,14 +167,14 @@ def main() -> None:
     columns = (*PARTS, "other")
     print(f"# One encoder layer, forward+backward, width {args.width}, device {args.device}, {args.threads} threads, "
           f"torch {torch.__version__}: share of the profiled time (ms total)\n")
-    print("| layer | frames | batch | total ms | " + " | ".join(columns) + " |")
-    print("|---" * (4 + len(columns)) + "|")
+    print("| layer | frames | batch | operators | total ms | " + " | ".join(columns) + " |")
+    print("|---" * (5 + len(columns)) + "|")
     for layer_type in args.layers:
         for frames in args.frames:
             for batch in args.batch:
-                times, total = breakdown(layer_type, frames, batch, args.width, args.device)
+                times, total, operators = breakdown(layer_type, frames, batch, args.width, args.device)
                 shares = " | ".join(f"{100 * times.get(c, 0.0) / total:.0f}%" for c in columns)
-                print(f"| {layer_type} | {frames} | {batch} | {total:.0f} | {shares} |", flush=True)
+                print(f"| {layer_type} | {frames} | {batch} | {operators} | {total:.0f} | {shares} |", flush=True)
 
 
 if __name__ == "__main__":
