@@ -14,6 +14,24 @@ def test_cauchy_matches_direct_sum_and_gradcheck():
     assert torch.autograd.gradcheck(cauchy, (v, z, w))
 
 
+def test_cauchy_in_chunks_matches_direct_sum_and_gradcheck(monkeypatch):
+    monkeypatch.setattr(structured_products, "CAUCHY_CHUNK_ELEMENTS", 2 * 3 * 5)  # 2 positions per chunk
+    v = torch.randn(4, 3, 5, dtype=torch.complex128, requires_grad=True)
+    z = torch.randn(3, 7, dtype=torch.complex128, requires_grad=True)
+    w = torch.randn(1, 5, dtype=torch.complex128, requires_grad=True)
+    assert structured_products._chunk_length(torch.Size([3]), 5, 7, z.device) == 2
+    direct = (v.unsqueeze(-2) / (z.unsqueeze(-1) - w.unsqueeze(-2))).sum(-1)
+    torch.testing.assert_close(cauchy(v, z, w), direct)
+    assert torch.autograd.gradcheck(cauchy, (v, z, w))
+
+
+def test_cauchy_chunks_are_larger_on_a_gpu():
+    # S4 at 16k tokens: 256 channels x 32 poles, 8193 points; the device only selects the size (no GPU needed)
+    cpu = structured_products._chunk_length(torch.Size([256]), 32, 8193, torch.device("cpu"))
+    cuda = structured_products._chunk_length(torch.Size([256]), 32, 8193, torch.device("cuda"))
+    assert (cpu, cuda) == (32, 1024)
+
+
 @pytest.mark.parametrize("L", [1, 2, 15, 16, 17, 50])
 def test_vandermonde_matches_direct_powers(L):
     a = torch.randn(2, 3, 4, dtype=torch.complex128)

@@ -27,11 +27,16 @@ CHUNK_ELEMENTS = 1 << 22
 # The Cauchy sums' chunk of reciprocals: 2 MiB of complex64, small enough to stay in cache; S4's kernel generation
 # (forward and backward) is then faster and far smaller than with CHUNK_ELEMENTS (docs/benchmarks.md, SSM layers).
 CAUCHY_CHUNK_ELEMENTS = 1 << 18
+# On a GPU each chunk costs a handful of kernel launches, which outweigh its arithmetic at CPU-sized chunks (S4 at
+# 16k tokens would launch over a thousand kernels): 64 MiB of complex64 per chunk there.
+CUDA_CAUCHY_CHUNK_ELEMENTS = 1 << 23
 
 
-def _chunk_length(batch_shape: torch.Size, N: int, L: int) -> int:
+def _chunk_length(batch_shape: torch.Size, N: int, L: int, device: torch.device) -> int:
+    """Positions of ``z`` per chunk of the ``batch_shape x chunk x N`` reciprocals."""
     per_position = max(1, batch_shape.numel() * N)
-    return max(1, min(L, CAUCHY_CHUNK_ELEMENTS // per_position))
+    elements = CUDA_CAUCHY_CHUNK_ELEMENTS if device.type == "cuda" else CAUCHY_CHUNK_ELEMENTS
+    return max(1, min(L, elements // per_position))
 
 
 def _rows_last(v: Tensor, pole_batch: torch.Size) -> tuple[Tensor, torch.Size]:
@@ -52,7 +57,7 @@ class _Cauchy(torch.autograd.Function):
     def forward(ctx, v: Tensor, z: Tensor, w: Tensor) -> Tensor:
         ctx.save_for_backward(v, z, w)
         pole_batch = torch.broadcast_shapes(z.shape[:-1], w.shape[:-1])
-        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1])
+        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1], z.device)
         rows, extra = _rows_last(v, pole_batch)  # pole_batch x E x N
         out = []
         for zc in z.split(step, dim=-1):
@@ -65,7 +70,7 @@ class _Cauchy(torch.autograd.Function):
         # For the holomorphic f = v / (z - w): grad_input = sum(grad * conj(df/dinput)).
         v, z, w = ctx.saved_tensors
         pole_batch = torch.broadcast_shapes(z.shape[:-1], w.shape[:-1])
-        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1])
+        step = _chunk_length(pole_batch, w.shape[-1], z.shape[-1], z.device)
         rows, extra = _rows_last(v, pole_batch)  # pole_batch x E x N
         grad_rows, _ = _rows_last(grad, pole_batch)  # pole_batch x E x L
         sum_r = 0  # sum_l conj(G_l) r_ln, pole_batch x E x N
