@@ -131,10 +131,14 @@ def captured_parser(script: Path | None = None, module: str | None = None) -> ar
     def capture(self, *args, **kwargs):
         raise _Parsed(self)
 
+    def refuse_exec(*args, **kwargs):  # a script that replaced itself here would end the whole test session, exit 0
+        raise AssertionError(f"{script or module} replaces its process (os.exec*) before parsing its arguments")
+
     saved = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, list(sys.argv),
-             list(sys.path))
+             list(sys.path), os.execv, os.execve)
     argparse.ArgumentParser.parse_args = capture
     argparse.ArgumentParser.parse_known_args = capture
+    os.execv = os.execve = refuse_exec
     try:
         if script is not None:
             sys.argv = [str(script)]
@@ -147,7 +151,7 @@ def captured_parser(script: Path | None = None, module: str | None = None) -> ar
         return parsed.parser
     finally:
         (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, sys.argv,
-         sys.path) = saved
+         sys.path, os.execv, os.execve) = saved
     raise AssertionError(f"{script or module} did not parse arguments with argparse in __main__")
 
 

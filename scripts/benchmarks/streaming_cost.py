@@ -85,8 +85,6 @@ def transformer_reencoding(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # see the docstring: memory measured per chunk
-        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536"))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=int, default=10, help="length of the stream")
     parser.add_argument("--chunk-ms", type=int, default=320, help="audio per chunk (a multiple of 40 ms)")
@@ -98,6 +96,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.chunk_ms % 40 or args.minutes < 2:
         parser.error("--chunk-ms must be a multiple of 40 (4 frames of 10 ms: one encoder frame), --minutes >= 2")
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # see the docstring: memory measured per chunk
+        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536"))
     torch.set_num_threads(args.threads)
     print(f"# One {args.chunk_ms} ms chunk of a {args.minutes}-minute stream: causal encoders, {args.layers} layers, "
           f"width {args.width}, tr sub-sampler; device {args.device}, {args.threads} threads, torch "
