@@ -51,6 +51,24 @@ def test_pretraining_trains_on_4096_token_blocks_and_the_table_reports_both_mode
         assert f"| ppl {row.group(3)} |" in validated
 
 
+def test_the_evidence_table_scores_what_fairseq_validate_scored_and_ablates_only_the_ssm_model(recipe):
+    work, out = recipe
+    for split in ("valid", "test"):
+        table = (work / f"evidence_{split}.md").read_text()
+        assert table in out
+        header = re.search(r"visible <= (\d+) tokens away", table)
+        assert header and header.group(1) == "256", table  # local_roberta_base's reach: 2 layers x 128 keys
+        for arch in ARCHS:
+            validated = re.search(r"\| ppl ([0-9.]+) \|", (work / f"validate_{arch}_{split}.log").read_text())
+            row = re.search(rf"^\| {arch} \| [0-9,]+ \| ([0-9.]+) \|", table, flags=re.M)
+            assert validated and row, table
+            # the same masked tokens as fairseq-validate: the same perplexity, to its rounding
+            assert abs(float(row.group(1)) - float(validated.group(1))) <= 0.01 + 1e-3 * float(validated.group(1))
+        assert "| mssm_roberta_base, SSM output zeroed |" in table
+        assert "local_roberta_base, SSM output zeroed" not in table
+        assert re.search(r"^\| unigram \(training frequencies\) \| - \| [0-9.]+ \|", table, flags=re.M)
+
+
 def test_finetuning_starts_from_the_pretrained_checkpoint_and_beats_the_majority_label(recipe):
     work, out = recipe
     labels = Counter(line.split("\t")[0] for line in (work / "raw/labelled/valid.tsv").read_text().splitlines())

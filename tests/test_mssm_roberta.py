@@ -1,17 +1,24 @@
 """The ``mssm_roberta`` masked LM: Table 4's parameter counts, padding invariance, a 4096-token training step,
-classification heads across checkpoints."""
+classification heads across checkpoints, sinusoidal positions and the sample conf's equal sizes."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from omegaconf import OmegaConf
 
 from ssm_fairseq.models import mssm_roberta
 from ssm_fairseq.models.mssm_roberta import MaskedLMConfig, MaskedSSMLanguageModel
 
+REPO = Path(__file__).resolve().parents[1]
 TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
             ssm_heads=4, ssm_state_size=8, attention_window=16, dropout=0.0)
 
@@ -106,3 +113,65 @@ def test_local_layers_need_positions_and_say_so():
     model = build("local_roberta_base", max_positions=64, **TINY)
     with pytest.raises(ValueError, match="--max-positions 64"):
         model(torch.randint(4, 100, (1, 65)))
+
+
+def test_both_kinds_of_positions_are_refused_together():
+    with pytest.raises(ValueError, match="exclude each other"):
+        build("local_roberta_base", encoder_learned_pos=True, encoder_sinusoidal_pos=True, **TINY)
+
+
+def test_sinusoidal_positions_tell_the_local_model_where_a_token_is_without_parameters():
+    torch.manual_seed(0)
+    learned = build("local_roberta_base", max_positions=512, **TINY)
+    sinusoidal = build("local_roberta_base", max_positions=512, encoder_sinusoidal_pos=True, **TINY).eval()
+    assert not sinusoidal.encoder.embed_positions.state_dict()  # nothing saved, nothing trained
+    dim = TINY["encoder_embed_dim"]
+    # the learned table: max_positions + padding_idx + 1 rows (fairseq's offset for padding)
+    assert (sum(p.numel() for p in learned.parameters()) - sum(p.numel() for p in sinusoidal.parameters())
+            == (512 + sinusoidal.encoder.padding_idx + 1) * dim)
+    # at the scale the token embeddings start at (N(0, 0.02)), not 35 times theirs: positions do not drown tokens
+    tokens = torch.randint(4, 100, (1, 512))
+    encoder = sinusoidal.encoder
+    positions = encoder.position_scale * encoder.embed_positions(tokens)
+    assert 0.9 < positions.pow(2).mean().sqrt() / encoder.embed_tokens(tokens).pow(2).mean().sqrt() < 1.1
+    # one token repeated: without positions every output would be the same; with them each position differs
+    with torch.no_grad():
+        features, _ = sinusoidal(torch.full((1, 40), 7), features_only=True)
+    assert (features[0, 1:] - features[0, :-1]).abs().amax(-1).min() > 1e-3
+
+
+def _conf_model_args(arch: str) -> list[str]:
+    """``MODEL_ARGS`` and ``model_args_ARCH`` of ``recipes/mlm/conf/sample.sh``, as the recipe passes them."""
+    script = f'work_dir=x; source recipes/mlm/conf/sample.sh; own="model_args_{arch}"; echo "$model_args ${{!own:-}}"'
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_ARGS")}  # the conf's own values
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, cwd=REPO,
+                          env=env).stdout.split()
+
+
+def test_the_sample_conf_gives_both_models_the_same_size():
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)  # as fairseq parses a model's flags
+    gen_parser_from_dataclass(parser, MaskedLMConfig(), delete_default=True)
+    vocabulary = 256 + 4 + 1  # the conf's SentencePiece pieces, fairseq's specials and <mask>
+    counts = {}
+    for arch in ("mssm_roberta_base", "local_roberta_base"):
+        args = parser.parse_args(_conf_model_args(arch))
+        getattr(mssm_roberta, arch)(args)
+        cfg = MaskedLMConfig(**vars(args), max_positions=4096)
+        model = MaskedSSMLanguageModel.build_model(cfg, _Task(vocabulary))
+        counts[arch] = sum(p.numel() for p in model.parameters())
+    print(counts)
+    assert counts["mssm_roberta_base"] != counts["local_roberta_base"]  # not the same model twice
+    assert abs(counts["local_roberta_base"] - counts["mssm_roberta_base"]) / counts["mssm_roberta_base"] < 0.05
+
+
+def test_a_config_saved_before_sinusoidal_positions_loads_as_trained():
+    torch.manual_seed(0)
+    old = build("local_roberta_base", max_positions=256, **TINY).eval()
+    saved = OmegaConf.create({k: v for k, v in dataclasses.asdict(old.args).items() if k != "encoder_sinusoidal_pos"})
+    assert "encoder_sinusoidal_pos" not in saved and saved.encoder_learned_pos
+    loaded = MaskedSSMLanguageModel.build_model(saved, _Task(100)).eval()
+    loaded.load_state_dict(old.state_dict(), strict=True)
+    assert not loaded.args.encoder_sinusoidal_pos
+    tokens = torch.randint(4, 100, (1, 50))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens)[0], old(tokens)[0])

@@ -7,7 +7,9 @@
 # Stages: 0 the generated document sample (only with GENERATE_SAMPLE=1, conf/sample.sh), 1 tokenise
 # (SentencePiece trained on train.txt, or GPT-2 BPE when GPT2_ENCODER_JSON and GPT2_VOCAB_BPE are set),
 # 2 fairseq-preprocess, 3 fairseq-train --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes
-# from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table,
+# from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
+# masked tokens split by whether the same token is visible within the sliding window's reach
+# (recipes/mlm/evidence_perplexity.py, with SSM outputs zeroed and a unigram row),
 # 6 sentence_prediction fine-tuning from each pre-trained checkpoint on LABELLED_DIR's TSV with an accuracy
 # table (skipped, saying so, when LABELLED_DIR is empty). Every stage can be re-run on its own.
 #
@@ -34,6 +36,8 @@ work_dir="${WORK_DIR:-$default_work}"
 source "$conf"
 bpe_dir="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
+# arch_args ARCH: MODEL_ARGS and the conf's model_args_ARCH (the arguments that make the models equal in size)
+arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
 
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
@@ -70,9 +74,9 @@ fi
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: fairseq-train --task masked_lm --arch $arch -> $work_dir/checkpoints/$arch (resumes if present)"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2046,SC2086
     fairseq_train "$data_bin" --user-dir "$user_dir" --task masked_lm --criterion masked_lm \
-      --arch "$arch" $model_args --save-dir "$work_dir/checkpoints/$arch" \
+      --arch "$arch" $(arch_args "$arch") --save-dir "$work_dir/checkpoints/$arch" \
       --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc \
       --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
       --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0 \
@@ -117,6 +121,22 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
     [[ -n "$params" ]] || { echo "no parameter count in $work_dir/train_$arch.log: run stage 3 first" >&2; exit 1; }
     echo "| $arch | $params |$row"
   done
+  # the same checkpoints by where the evidence for a masked token lies (the sliding window's reach: its layers x
+  # window, or EVIDENCE_REACH), each SSM model also with its SSM outputs zeroed, and the unigram reference
+  reach=()
+  [[ -n "${EVIDENCE_REACH:-}" ]] && reach=(--reach "$EVIDENCE_REACH")
+  if [[ -z "${EVIDENCE_REACH:-}" && " $archs " != *" local_roberta_"* ]]; then
+    log "stage 5: no sliding-window model in ARCHS and no EVIDENCE_REACH: no table by evidence"
+  else
+    checkpoints=()
+    for arch in $archs; do checkpoints+=(--checkpoint "$arch=$work_dir/checkpoints/$arch/checkpoint_best.pt"); done
+    for split in valid test; do
+      log "stage 5: masked-token perplexity on $split by where the evidence lies"
+      echo
+      run python "$repo/recipes/mlm/evidence_perplexity.py" "$data_bin" "${checkpoints[@]}" ${reach[@]+"${reach[@]}"} \
+        --split "$split" --ablate-ssm --batch-size "$batch_size" | tee "$work_dir/evidence_$split.md"
+    done
+  fi
 fi
 
 if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
@@ -128,9 +148,9 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
     classes="$(grep -c . "$labels")"
     for arch in $archs; do
       log "stage 6: fine-tuning $arch with --task sentence_prediction ($classes classes)"
-      # shellcheck disable=SC2086
+      # shellcheck disable=SC2046,SC2086
       fairseq_train "$data_bin/labelled" --user-dir "$user_dir" --task sentence_prediction \
-        --criterion sentence_prediction --arch "$arch" $model_args --num-classes "$classes" \
+        --criterion sentence_prediction --arch "$arch" $(arch_args "$arch") --num-classes "$classes" \
         --restore-file "$work_dir/checkpoints/$arch/checkpoint_best.pt" --reset-optimizer --reset-dataloader \
         --reset-meters --reset-lr-scheduler --save-dir "$work_dir/checkpoints/${arch}_finetuned" \
         --init-token 0 --separator-token 2 --max-positions "$tokens_per_sample" --batch-size 16 \

@@ -1,13 +1,15 @@
 """The ``mssm_roberta`` masked language model: a RoBERTa-style encoder of MSSM layers for long documents.
 
-MSSM paper section 4.2 and Table 4. Each layer is the transducer encoder's MSSM layer over token embeddings
-(``x + MSSM(LN x)``, ``x + FFN(LN x)``: bidirectional MSSM block of Eq. 10, 8 heads, inter-head gating, stack 2,
-``D_sh = 32``), no positional embeddings; ``--encoder-layer-type local`` swaps the MSSM block for bidirectional
-sliding-window attention (Table 4's baseline), which needs learned positions since attention alone is blind
-to order. Works unchanged with fairseq's ``masked_lm`` task and criterion (LM head tied to the embeddings,
-logits only at masked positions) and its ``sentence_prediction`` task (``register_classification_head``,
-classification on the ``<s>`` token), as RoBERTa does.
+MSSM paper section 4.2 and Table 4. Each layer is the transducer encoder's MSSM layer over token embeddings (``x +
+MSSM(LN x)``, ``x + FFN(LN x)``: bidirectional MSSM block of Eq. 10, 8 heads, inter-head gating, stack 2, ``D_sh =
+32``), no positional embeddings; ``--encoder-layer-type local`` swaps the MSSM block for bidirectional
+sliding-window attention (Table 4's baseline), which needs absolute positions since attention alone is blind to
+order: learned ones (``--encoder-learned-pos``, Table 4's, ``max_positions x D`` parameters) or fixed sinusoidal
+ones (``--encoder-sinusoidal-pos``, no parameters). Works unchanged with fairseq's ``masked_lm`` task and criterion
+(LM head tied to the embeddings, logits only at masked positions) and its ``sentence_prediction`` task
+(``register_classification_head``, classification on the ``<s>`` token), as RoBERTa does.
 """
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -26,6 +28,7 @@ from .architecture import fill_config_defaults, set_defaults
 from .task_check import require_text_task
 
 LAYER_TYPES = ("mssm", "local")
+SINUSOID_SCALE = 0.02 * math.sqrt(2)  # sinusoidal positions at the token embeddings' initial RMS (init_bert_params)
 
 
 @dataclass
@@ -45,7 +48,10 @@ class MaskedLMConfig(FairseqDataclass):
     ssm_state_size: int = field(default=32, metadata={"help": "MSSM state size D_sh"})
     ssm_stack: int = field(default=2, metadata={"help": "stacked MSSM stages per direction"})
     encoder_learned_pos: bool = field(
-        default=False, metadata={"help": "learned absolute positions (needed by local layers, unused by MSSM)"})
+        default=False, metadata={"help": "learned absolute positions (local layers need these or sinusoidal ones)"})
+    encoder_sinusoidal_pos: bool = field(
+        default=False,
+        metadata={"help": "fixed sinusoidal absolute positions, no parameters (instead of learned ones)"})
     activation_fn: ChoiceEnum(list(ACTIVATIONS)) = field(default="gelu", metadata={"help": "FFN activation"})
     dropout: float = field(default=0.1, metadata={"help": "dropout"})
     pooler_activation_fn: ChoiceEnum(utils.get_available_activation_fns()) = field(
@@ -73,9 +79,11 @@ class MaskedSSMLanguageModel(FairseqEncoderModel):
     def build_model(cls, cfg: MaskedLMConfig, task) -> "MaskedSSMLanguageModel":
         require_text_task("mssm_roberta", task, "masked_lm or sentence_prediction")
         fill_config_defaults(cfg, MaskedLMConfig)  # a checkpoint of an earlier release
-        if cfg.encoder_layer_type == "local" and not cfg.encoder_learned_pos:
-            raise ValueError("--encoder-layer-type local needs --encoder-learned-pos: windowed attention alone "
-                             "does not see token order")
+        if cfg.encoder_learned_pos and cfg.encoder_sinusoidal_pos:
+            raise ValueError("--encoder-learned-pos and --encoder-sinusoidal-pos exclude each other: give one")
+        if cfg.encoder_layer_type == "local" and not (cfg.encoder_learned_pos or cfg.encoder_sinusoidal_pos):
+            raise ValueError("--encoder-layer-type local needs --encoder-learned-pos or --encoder-sinusoidal-pos: "
+                             "windowed attention alone does not see token order")
         return cls(cfg, MaskedLMEncoder(cfg, task.source_dictionary))
 
     def forward(self, src_tokens: Tensor, features_only: bool = False, return_all_hiddens: bool = False,
@@ -116,7 +124,8 @@ class MaskedSSMLanguageModel(FairseqEncoderModel):
 
 
 class MaskedLMEncoder(FairseqEncoder):
-    """Token embeddings (plus learned positions if asked), encoder layers, final LayerNorm and the tied LM head."""
+    """Token embeddings (plus learned or sinusoidal positions if asked), encoder layers, final LayerNorm and the
+    tied LM head."""
 
     def __init__(self, cfg: MaskedLMConfig, dictionary):
         super().__init__(dictionary)
@@ -125,10 +134,15 @@ class MaskedLMEncoder(FairseqEncoder):
         self.max_source_positions = cfg.max_positions
         self.embed_tokens = nn.Embedding(len(dictionary), dim, self.padding_idx)
         self.embed_positions = None
-        if cfg.encoder_learned_pos:
+        if cfg.encoder_learned_pos or cfg.encoder_sinusoidal_pos:
             if not cfg.max_positions:
-                raise ValueError("--encoder-learned-pos needs --max-positions (or the task's --tokens-per-sample)")
-            self.embed_positions = PositionalEmbedding(cfg.max_positions, dim, self.padding_idx, learned=True)
+                raise ValueError("absolute positions need --max-positions (or the task's --tokens-per-sample)")
+            # learned: (max_positions + padding_idx + 1) x D parameters; sinusoidal: a buffer, not saved
+            self.embed_positions = PositionalEmbedding(cfg.max_positions, dim, self.padding_idx,
+                                                       learned=cfg.encoder_learned_pos)
+        # sin/cos coordinates have an RMS of 1/sqrt(2); scaled to the RMS of the token embeddings at initialisation
+        # (RoBERTa's N(0, 0.02), as learned positions start), so that positions do not drown the tokens
+        self.position_scale = SINUSOID_SCALE if cfg.encoder_sinusoidal_pos else 1.0
         self.dropout = nn.Dropout(cfg.dropout)
         layer_cfg = LayerConfig(
             dim=dim, ffn_dim=cfg.encoder_ffn_embed_dim, ffn_activation=cfg.activation_fn,
@@ -147,12 +161,12 @@ class MaskedLMEncoder(FairseqEncoder):
         """
         if self.embed_positions is not None and src_tokens.shape[1] > self.max_source_positions:
             raise ValueError(f"input of {src_tokens.shape[1]} tokens is longer than --max-positions "
-                             f"{self.max_source_positions} of the learned positional embeddings")
+                             f"{self.max_source_positions} of the positional embeddings")
         padding_mask = src_tokens.eq(self.padding_idx)
         padding_mask = padding_mask if padding_mask.any() else None
         x = self.embed_tokens(src_tokens)
         if self.embed_positions is not None:
-            x = x + self.embed_positions(src_tokens)
+            x = x + self.position_scale * self.embed_positions(src_tokens)
         x = self.dropout(x)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else []
         for layer in self.layers:
@@ -188,8 +202,10 @@ def mssm_roberta_large(args):
 
 @register_model_architecture("mssm_roberta", "local_roberta_base")
 def local_roberta_base(args):
-    """``mssm_roberta_base`` with sliding-window attention (12 heads, 128 keys per side) and learned positions."""
-    set_defaults(args, encoder_layer_type="local", encoder_learned_pos=True)
+    """``mssm_roberta_base`` with sliding-window attention (12 heads, 128 keys per side) and learned positions
+    (sinusoidal ones instead with ``--encoder-sinusoidal-pos``)."""
+    set_defaults(args, encoder_layer_type="local", encoder_sinusoidal_pos=False)
+    set_defaults(args, encoder_learned_pos=not args.encoder_sinusoidal_pos)
 
 
 @register_model_architecture("mssm_roberta", "local_roberta_large")

@@ -5,8 +5,12 @@ labelled_dir="${LABELLED_DIR:-$work_dir/raw/labelled}"
 generate_sample="${GENERATE_SAMPLE:-1}"
 vocab_size="${VOCAB_SIZE:-256}"
 archs="${ARCHS:-mssm_roberta_base local_roberta_base}"
-model_args="${MODEL_ARGS:---encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 256 \
---encoder-attention-heads 4 --ssm-heads 4 --ssm-state-size 16}"
+model_args="${MODEL_ARGS:---encoder-layers 2 --encoder-embed-dim 64 --encoder-attention-heads 4 --ssm-heads 4 \
+--ssm-state-size 16}"
+# equal sizes (tests/test_mssm_roberta.py checks them): 4096 learned positions would be 262k of the local model's
+# parameters, so it takes the parameter-free sinusoidal ones and spends the MSSM block's parameters on its FFNs
+model_args_mssm_roberta_base="${MODEL_ARGS_MSSM_ROBERTA_BASE:---encoder-ffn-embed-dim 256}"
+model_args_local_roberta_base="${MODEL_ARGS_LOCAL_ROBERTA_BASE:---encoder-ffn-embed-dim 395 --encoder-sinusoidal-pos}"
 tokens_per_sample="${TOKENS_PER_SAMPLE:-4096}"
 batch_size="${BATCH_SIZE:-2}"
 update_freq="${UPDATE_FREQ:-1}"
