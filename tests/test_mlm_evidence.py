@@ -1,16 +1,11 @@
-"""``recipes/mlm/evidence_perplexity.py``: which masked tokens have their word visible within the window's reach."""
+"""``ssm-mlm-evidence-ppl``: which masked tokens have their word visible within the window's reach."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "recipes/mlm/evidence_perplexity.py"
-spec = importlib.util.spec_from_file_location("evidence_perplexity", SCRIPT)
-evidence = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(evidence)
+from ssm_fairseq.cli import mlm_evidence_perplexity as evidence
 
 PAD, MASK = 1, 9
 

@@ -26,7 +26,8 @@ COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-prepare-lm-text": "ssm_fairseq.cli.prepare_lm_text",
             "ssm-transcribe": "ssm_fairseq.transcribe",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels",
-            "ssm-lm-distance-ppl": "ssm_fairseq.cli.lm_distance_perplexity"}
+            "ssm-lm-distance-ppl": "ssm_fairseq.cli.lm_distance_perplexity",
+            "ssm-mlm-evidence-ppl": "ssm_fairseq.cli.mlm_evidence_perplexity"}
 
 
 def run_in(directory: Path, cmd: list[str], env: dict) -> str:

@@ -9,7 +9,7 @@
 # 2 fairseq-preprocess, 3 fairseq-train --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes
 # from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
 # masked tokens split by whether the same token is visible within the sliding window's reach
-# (recipes/mlm/evidence_perplexity.py, with SSM outputs zeroed and a unigram row),
+# (ssm-mlm-evidence-ppl, with SSM outputs zeroed and a unigram row),
 # 6 sentence_prediction fine-tuning from each pre-trained checkpoint on LABELLED_DIR's TSV with an accuracy
 # table (skipped, saying so, when LABELLED_DIR is empty). Every stage can be re-run on its own.
 #
@@ -133,7 +133,7 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
     for split in valid test; do
       log "stage 5: masked-token perplexity on $split by where the evidence lies"
       echo
-      run python "$repo/recipes/mlm/evidence_perplexity.py" "$data_bin" "${checkpoints[@]}" ${reach[@]+"${reach[@]}"} \
+      run python "$repo/scripts/mlm_evidence_perplexity.py" "$data_bin" "${checkpoints[@]}" ${reach[@]+"${reach[@]}"} \
         --split "$split" --ablate-ssm --batch-size "$batch_size" | tee "$work_dir/evidence_$split.md"
     done
   fi

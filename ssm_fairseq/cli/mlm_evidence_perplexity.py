@@ -1,4 +1,5 @@
-"""Masked-token perplexity of masked LM checkpoints, split by where the evidence for a masked token lies.
+"""Masked-token perplexity of masked LM checkpoints, split by where the evidence for a masked token lies
+(``ssm-mlm-evidence-ppl``).
 
 A sliding-window encoder of ``n`` layers with ``w`` keys on each side sees at most ``n x w`` tokens either way of
 a masked position; an MSSM encoder sees the whole sequence. A masked token whose word is also visible elsewhere in
@@ -13,7 +14,7 @@ or a random token, not the word):
 * **outside**: occurrences only further away, inside the sequence;
 * **none**: no visible occurrence in the sequence.
 
-    python recipes/mlm/evidence_perplexity.py DATA_BIN --checkpoint mssm=ckpt/mssm/checkpoint_best.pt \\
+    ssm-mlm-evidence-ppl DATA_BIN --checkpoint mssm=ckpt/mssm/checkpoint_best.pt \\
         --checkpoint local=ckpt/local/checkpoint_best.pt --split test --ablate-ssm
 
 Besides the models, the table has a ``unigram`` row (training-split token frequencies, add-one smoothed, no
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-logger = logging.getLogger("evidence_perplexity")
+logger = logging.getLogger("mlm_evidence_perplexity")
 BUCKETS = ("inside", "outside", "none")
 
 
