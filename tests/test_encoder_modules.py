@@ -76,7 +76,14 @@ def test_backward_branch_is_the_reversed_forward_ssm_of_the_reversed_input():
     assert torch.allclose(block.backward_ssm(x), mirror(x.flip(1)).flip(1), atol=1e-5)
 
 
-def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_one():
+def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_one(monkeypatch):
+    from ssm_fairseq.ssm import batched_kernels
+
+    monkeypatch.setattr(batched_kernels, "BATCHED_DEVICES", ("cpu",))  # the GPU's path, here on CPU
+    calls = []
+    monkeypatch.setattr(batched_kernels, "batched_kernels",
+                        lambda kernels, L, inner=batched_kernels.batched_kernels: calls.append(len(kernels))
+                        or inner(kernels, L))
     torch.manual_seed(0)
     block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4).double()
     x = torch.randn(2, 15, 8, dtype=torch.float64)
@@ -96,6 +103,7 @@ def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_o
     separate = [[k(15) for k in ssm.kernels] for ssm in (block.forward_ssm, block.backward_ssm)]
     y_ref, grads_ref = output_and_grads(separate)
     y, grads = output_and_grads(None)
+    assert calls == [4]  # both directions' two stages in one generation
     torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
     for g, g_ref in zip(grads, grads_ref):
         torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)

@@ -13,6 +13,8 @@ residual additions, copies). Times are the profiler's CPU times (with its overhe
 speed; with ``--device cuda`` they are host-side (launch) times, not kernel times. The ``operators`` column counts
 what one forward+backward launches: the top-level ATen operators on CPU, the GPU kernels with ``--device cuda``.
 Where each costs more to launch than to compute (a GPU at these sizes), time follows this count.
+``--batched-kernels`` generates each layer's MSSM kernels in one call as on a GPU (``ssm/batched_kernels.py``;
+on CPU they are generated one by one), to count that path's operators on CPU.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ssm_fairseq.modules import bidirectional_ssm, multihead_ssm
+from ssm_fairseq.ssm import batched_kernels
 from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.modules.local_attention import LocalAttention
 from ssm_fairseq.modules.self_attention import SelfAttention
@@ -50,8 +53,8 @@ def _labelled(module: nn.Module, label: str) -> None:
 
 # module-level functions that the MSSM block calls by name, and the part each belongs to
 LABELLED_FUNCTIONS = ((multihead_ssm, "fft_conv", "FFT convolution"),
-                      (multihead_ssm, "batched_kernels", "kernel generation"),
-                      (bidirectional_ssm, "batched_kernels", "kernel generation"))
+                      (multihead_ssm, "layer_kernels", "kernel generation"),
+                      (bidirectional_ssm, "layer_kernels", "kernel generation"))
 
 
 @contextmanager
@@ -162,7 +165,11 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batched-kernels", action="store_true",
+                        help="generate each layer's MSSM kernels in one call, as on a GPU")
     args = parser.parse_args()
+    if args.batched_kernels:
+        batched_kernels.BATCHED_DEVICES = (torch.device(args.device).type,)
     torch.set_num_threads(args.threads)
     columns = (*PARTS, "other")
     print(f"# One encoder layer, forward+backward, width {args.width}, device {args.device}, {args.threads} threads, "

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..ssm import MSSMKernel, S4Kernel, fft_conv
-from ..ssm.batched_kernels import batched_kernels
+from ..ssm.batched_kernels import layer_kernels
 
 GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
 
@@ -105,13 +105,13 @@ class MultiHeadSSM(nn.Module):
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
 
         ``kernels``: each stage's ``(K, D)`` at length ``L`` if the caller generated them (``BidirectionalSSM``
-        generates both directions' kernels in one call); by default the stages' kernels are generated together.
+        generates both directions' kernels together); by default ``ssm.batched_kernels.layer_kernels`` generates them.
         """
         if self.in_proj is not None:
             x = self.in_proj(x)
         L = x.shape[1]
         if kernels is None:
-            kernels = batched_kernels(list(self.kernels), L)
+            kernels = layer_kernels(list(self.kernels), L)
         for i, (K, D) in enumerate(kernels):
             y = fft_conv(x.transpose(1, 2), K, D, padding_mask, reverse=self.reverse)
             x = self.dropout(self.activate(y)).transpose(1, 2)
