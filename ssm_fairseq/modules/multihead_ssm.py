@@ -105,7 +105,7 @@ class MultiHeadSSM(nn.Module):
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
 
         ``kernels``: each stage's ``(K, D)`` at length ``L`` if the caller generated them (``BidirectionalSSM``
-        generates both directions' kernels together); by default ``ssm.batched_kernels.layer_kernels`` generates them.
+        generates both directions' kernels, in one call on a GPU); by default ``batched_kernels.layer_kernels`` does.
         """
         if self.in_proj is not None:
             x = self.in_proj(x)

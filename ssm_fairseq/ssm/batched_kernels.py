@@ -2,7 +2,7 @@
 
 A bidirectional MSSM layer owns four kernels (two directions, two stages); each is a handful of small
 operations (``eigh`` of its ``heads x N x N`` state matrices, the discretisation, the Vandermonde product) whose
-cost on a GPU, and at short lengths on a CPU, is the launching of operations, not arithmetic. The heads of an
+cost on a GPU is the launching of operations, not arithmetic. The heads of an
 MSSM kernel are independent, so kernels of the same configuration are one kernel with all their heads: their
 parameters are concatenated along the head and channel dimensions, the merged kernel is generated once
 (``torch.func.functional_call`` on a template of the merged shape, so gradients reach each kernel's own
