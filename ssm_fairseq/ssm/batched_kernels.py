@@ -11,8 +11,8 @@ kernels generated one by one (tested), with a quarter of the operations for four
 
 Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``): on CPU, where an operation's
 launch costs little, batching saved no measurable time and raised a 4-layer MSSM encoder's peak training memory
-at 10 s from 47 to 62 MiB (all four kernels and their gradients exist at once), so there kernels are generated one
-by one as before.
+at 10 s from 47 to 62 MiB (a transient of the batched path: what the backward pass keeps is the same), so there
+kernels are generated one by one as before.
 """
 from __future__ import annotations
 
