@@ -8,7 +8,8 @@ import torch
 
 from spade_cases import SMALL, build
 from ssm_fairseq.cli import lm_distance_perplexity
-from ssm_fairseq.cli.lm_distance_perplexity import BucketLoss, distance_buckets, table, token_nll
+from ssm_fairseq.cli.bucketed_perplexity import BucketLoss
+from ssm_fairseq.cli.lm_distance_perplexity import BUCKETS, distance_buckets, table, token_nll
 from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
 
@@ -46,17 +47,15 @@ def test_token_nll_scores_every_token_once_from_shifted_blocks(monkeypatch, arch
 
 
 def test_bucket_perplexities_and_table():
-    loss = BucketLoss()
-    for bucket, nll in [("near", 1.0), ("near", 2.0), ("first", 3.0)]:
-        loss.add(bucket, nll)
+    loss = BucketLoss(BUCKETS)
+    loss.add(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), torch.tensor([0, 0, 2]))  # near, near, first
     assert loss.perplexity("near") == pytest.approx(math.exp(1.5))
     assert loss.perplexity("all") == pytest.approx(math.exp(2.0))
     assert loss.perplexity("beyond") is None
     text = table([("m", 10, [loss])], reach=32, block=512)
     assert "| m | 10 | 7.39 | 4.48 | - | 20.09 |" in text and "(3 tokens)" in text
-    other = BucketLoss()
-    for bucket, nll in [("near", 3.0), ("near", 4.0), ("first", 5.0)]:
-        other.add(bucket, nll)
+    other = BucketLoss(BUCKETS)
+    other.add(torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64), torch.tensor([0, 0, 2]))
     text = table([("m", 10, [loss, other])], reach=32, block=512)  # two seeds: mean (min-max)
     assert "| m (2 runs) | 10 | 30.99 (7.39-54.60) | 18.80 (4.48-33.12) | - | 84.25 (20.09-148.41) |" in text
 

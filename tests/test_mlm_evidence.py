@@ -34,9 +34,11 @@ def test_a_masked_position_showing_its_own_word_is_no_evidence_and_rows_are_sepa
 
 
 def test_bucket_perplexities_add_up():
-    loss = evidence.BucketLoss()
+    loss = evidence.BucketLoss(evidence.BUCKETS)
     loss.add(torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64), torch.tensor([0, 0, 2]))
     assert loss.count == {"all": 3, "inside": 2, "outside": 0, "none": 1}
     assert abs(loss.perplexity("all") - math.exp(2)) < 1e-9
     assert abs(loss.perplexity("inside") - math.exp(2)) < 1e-9
     assert loss.perplexity("outside") is None
+    text = evidence.table([("m", 10, loss), ("unigram", None, loss)], reach=4, split="test")
+    assert "| m | 10 | 7.39 | 7.39 | - | 7.39 |" in text and "| unigram | - | 7.39 |" in text

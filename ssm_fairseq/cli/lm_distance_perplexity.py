@@ -28,33 +28,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from .bucketed_perplexity import BucketLoss, named_checkpoints, table_rows
+
 logger = logging.getLogger("lm_distance_perplexity")
 BUCKETS = ("near", "beyond", "first")
 SOFTMAX_ELEMENTS = 1 << 24  # most log-probabilities held at once (64 MiB in float32)
-
-
-@dataclass
-class BucketLoss:
-    """Summed negative log-likelihood (nats) and token count per bucket, and over all tokens."""
-
-    nll: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("all", *BUCKETS), 0.0))
-    count: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("all", *BUCKETS), 0))
-
-    def add(self, bucket: str, nll: float) -> None:
-        for key in ("all", bucket):
-            self.nll[key] += nll
-            self.count[key] += 1
-
-    def perplexity(self, key: str) -> float | None:
-        """``exp`` of the mean NLL of the bucket; None for an empty bucket."""
-        return math.exp(self.nll[key] / self.count[key]) if self.count[key] else None
 
 
 def token_stream(data_bin: Path, split: str, dictionary) -> torch.Tensor:
@@ -145,12 +128,6 @@ def load(path: Path, data_bin: Path, device: torch.device):
     return model.to(device), task, cfg.model
 
 
-def spread(values: list[float]) -> str:
-    """``mean`` of one value, ``mean (min-max)`` of several."""
-    mean = sum(values) / len(values)
-    return f"{mean:.2f}" if len(values) == 1 else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
 def table(rows: list[tuple[str, int, list[BucketLoss]]], reach: int, block: int, only: str | None = None) -> str:
     """The markdown table of the rows ``(model, parameters, losses of each of its checkpoints)``: a perplexity per
     cell, or its mean (min-max) over the checkpoints of a row; ``only``: the pattern the scored words matched."""
@@ -159,15 +136,7 @@ def table(rows: list[tuple[str, int, list[BucketLoss]]], reach: int, block: int,
     header = (f"| model | parameters | all ({counts['all']} {scored}) | near: last seen <= {reach} tokens back "
               f"({counts['near']}) | beyond: last seen > {reach} back ({counts['beyond']}) | first in its "
               f"{block}-token block ({counts['first']}) |")
-    lines = [header, "|---|---|---|---|---|---|"]
-    for name, parameters, losses in rows:
-        cells = []
-        for key in ("all", *BUCKETS):
-            values = [loss.perplexity(key) for loss in losses]
-            cells.append("-" if None in values else spread(values))
-        runs = f" ({len(losses)} runs)" if len(losses) > 1 else ""
-        lines.append(f"| {name}{runs} | {parameters:,} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join([header, "|---|---|---|---|---|---|", *table_rows(rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     if args.tokens_per_sample < 1 or args.batch_size < 1:
         parser.error("--tokens-per-sample and --batch-size must be positive")
-    named: dict[str, list[Path]] = {}
-    for item in args.checkpoint:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            parser.error(f"--checkpoint takes NAME=PATH, got '{item}'")
-        named.setdefault(name, []).append(Path(path))
+    named = named_checkpoints(parser, args.checkpoint)
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
     from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
@@ -221,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         if not any(selected):
             parser.error(f"--only {args.only!r}: no token of {args.data_bin / args.split} matches")
 
+    indices = torch.tensor([BUCKETS.index(bucket) for bucket in buckets])
+    kept = torch.tensor(selected)
+
     def bucket_loss(model) -> BucketLoss:
-        loss = BucketLoss()
+        loss = BucketLoss(BUCKETS)
         nll = token_nll(model, stream, args.tokens_per_sample, dictionary.eos(), args.batch_size, device)
-        for bucket, value, keep in zip(buckets, nll.tolist(), selected):
-            if keep:
-                loss.add(bucket, value)
+        loss.add(nll.cpu()[kept], indices[kept])
         return loss
 
     rows = []

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from pathlib import Path
 
 import torch
+
+from .bucketed_perplexity import BucketLoss, named_checkpoints, table_rows
 
 logger = logging.getLogger("mlm_evidence_perplexity")
 BUCKETS = ("inside", "outside", "none")
@@ -54,27 +55,6 @@ def evidence_buckets(src_tokens: torch.Tensor, targets: torch.Tensor, pad: int, 
     buckets[nearest < src_tokens.shape[1]] = 1
     buckets[nearest <= reach] = 0
     return buckets
-
-
-class BucketLoss:
-    """Summed negative log-likelihood (nats) and token count, over all masked tokens and per bucket."""
-
-    def __init__(self):
-        self.nll = dict.fromkeys(("all", *BUCKETS), 0.0)
-        self.count = dict.fromkeys(("all", *BUCKETS), 0)
-
-    def add(self, nll: torch.Tensor, buckets: torch.Tensor) -> None:
-        """``nll``, ``buckets``: ``M`` values of one batch's masked tokens."""
-        self.nll["all"] += nll.sum().item()
-        self.count["all"] += len(nll)
-        for index, name in enumerate(BUCKETS):
-            chosen = buckets.eq(index)
-            self.nll[name] += nll[chosen].sum().item()
-            self.count[name] += int(chosen.sum())
-
-    def perplexity(self, key: str) -> float | None:
-        """``exp`` of the mean NLL; None for an empty bucket."""
-        return math.exp(self.nll[key] / self.count[key]) if self.count[key] else None
 
 
 def load(path: Path, data_bin: Path):
@@ -103,7 +83,7 @@ def batches(task, split: str, batch_size: int):
 def score(model, task, split: str, reach: int, batch_size: int) -> BucketLoss:
     """Masked-token NLL of ``model`` on ``split``, by evidence bucket."""
     pad = task.source_dictionary.pad()
-    loss = BucketLoss()
+    loss = BucketLoss(BUCKETS)
     for sample in batches(task, split, batch_size):
         src_tokens, targets = sample["net_input"]["src_tokens"], sample["target"]
         masked = targets.ne(pad)
@@ -130,7 +110,7 @@ def unigram(task, split: str, reach: int, batch_size: int, data_bin: Path) -> Bu
         counts += torch.bincount(train[i], minlength=len(dictionary)).double()
     log_probs = counts.log() - counts.sum().log()
     pad = dictionary.pad()
-    loss = BucketLoss()
+    loss = BucketLoss(BUCKETS)
     for sample in batches(task, split, batch_size):
         src_tokens, targets = sample["net_input"]["src_tokens"], sample["target"]
         masked = targets.ne(pad)
@@ -141,13 +121,10 @@ def unigram(task, split: str, reach: int, batch_size: int, data_bin: Path) -> Bu
 def table(rows: list[tuple[str, int | None, BucketLoss]], reach: int, split: str) -> str:
     """Markdown: a row per ``(name, parameters, loss)``, a perplexity per bucket, counts in the header."""
     counts = rows[0][2].count
-    lines = [f"| model | parameters | {split}: all masked ({counts['all']}) | evidence inside: same token "
-             f"visible <= {reach} tokens away ({counts['inside']}) | outside: only further away "
-             f"({counts['outside']}) | none in the sequence ({counts['none']}) |", "|---|---|---|---|---|---|"]
-    for name, parameters, loss in rows:
-        cells = ["-" if loss.perplexity(k) is None else f"{loss.perplexity(k):.2f}" for k in ("all", *BUCKETS)]
-        lines.append(f"| {name} | {'-' if parameters is None else f'{parameters:,}'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    header = (f"| model | parameters | {split}: all masked ({counts['all']}) | evidence inside: same token visible "
+              f"<= {reach} tokens away ({counts['inside']}) | outside: only further away ({counts['outside']}) | "
+              f"none in the sequence ({counts['none']}) |")
+    return "\n".join([header, "|---|---|---|---|---|---|", *table_rows([(n, p, [loss]) for n, p, loss in rows])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,16 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     if args.batch_size < 1:
         parser.error("--batch-size must be positive")
-    named = []
-    for item in args.checkpoint:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            parser.error(f"--checkpoint takes NAME=PATH, got '{item}'")
-        named.append((name, Path(path)))
+    named = named_checkpoints(parser, args.checkpoint)
+    repeated = [name for name, paths in named.items() if len(paths) > 1]
+    if repeated:
+        parser.error(f"--checkpoint: one checkpoint per name, '{repeated[0]}' has {len(named[repeated[0]])}")
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
     from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
-    loaded = [(name, *load(path, args.data_bin)) for name, path in named]
+    loaded = [(name, *load(paths[0], args.data_bin)) for name, paths in named.items()]
     reach = args.reach or next((int(cfg.model.encoder_layers) * int(cfg.model.attention_window)
                                 for *_, cfg in loaded if cfg.model.encoder_layer_type == "local"), None)
     if reach is None or reach < 1:
