@@ -71,11 +71,12 @@ def load(path: Path, data_bin: Path):
 
 
 def batches(task, split: str, batch_size: int):
-    """The split's batches as ``fairseq-validate`` makes them (the task's blocks and masks, in order)."""
+    """The split's batches as ``fairseq-validate`` makes them (the task's blocks and masks, in order); a block
+    longer than the model takes is an error, as there, not skipped."""
     task.load_dataset(split, combine=False, epoch=1)
     dataset = task.dataset(split)
     return task.get_batch_iterator(dataset, max_sentences=batch_size, max_positions=task.max_positions(),
-                                   ignore_invalid_inputs=True, required_batch_size_multiple=1,
+                                   ignore_invalid_inputs=False, required_batch_size_multiple=1,
                                    seed=1).next_epoch_itr(shuffle=False)
 
 
