@@ -33,6 +33,17 @@ bin="${PYTHON_BIN:-}"
 if [[ -z "$bin" && -x "$repo/.venv/bin/fairseq-train" ]]; then bin="$repo/.venv/bin"; fi
 run() { "${bin:+$bin/}$@"; }
 log() { echo "[$(date '+%H:%M:%S')] $*"; }
+# arch_args ARCH: the conf's model_args (MODEL_ARGS) and its model_args_ARCH, the arguments of one architecture
+# (what makes the compared models equal in size)
+arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
+# logged_parameters LOG STAGE: the parameter count fairseq-train wrote to LOG; exits naming LOG and the training
+# STAGE to run when there is none
+logged_parameters() {
+  local count
+  count="$({ grep -so 'num. shared model params: [0-9,]*' "$1" || true; } | tail -1 | awk '{print $NF}')"
+  [[ -n "$count" ]] || { echo "no parameter count in $1: run stage $2 first" >&2; exit 1; }
+  echo "$count"
+}
 
 # USER_DIR: the plugin directory given to fairseq's --user-dir; default: the ssm_fairseq package that this python
 # imports (what `python -m ssm_fairseq.user_dir` prints: the clone with `make setup`'s editable install, or an

@@ -15,6 +15,7 @@ from cli import BIN, run_ok
 from ssm_fairseq.models import spade_transformer
 from ssm_fairseq.models.spade_transformer import SpadeTransformerConfig, SpadeTransformerModel
 from ssm_fairseq.modules.relative_position import relative_position_bucket
+from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed
 
 TINY = dict(embed_dim=32, ffn_embed_dim=64, attention_heads=4, encoder_layers=2, decoder_layers=2,
             attention_window=8, ssm_state_size=8, max_source_positions=256, max_target_positions=256, dropout=0.0)
@@ -78,6 +79,62 @@ def test_incremental_decoding_equals_the_full_forward(arch):
         steps, reordered = _full_and_incremental(model, src, lengths, prev, reorder_at=60, new_order=order)
         full_reordered, _ = model(src.index_select(0, order), lengths.index_select(0, order), reordered)
         torch.testing.assert_close(steps, full_reordered[:, 60:], atol=1e-4, rtol=1e-4)
+
+
+def test_ssm_ablation_zeroes_the_ssm_outputs_in_the_forward_and_in_incremental_decoding():
+    """``--ssm-ablation`` (what fairseq-generate gets with --model-overrides) equals the evaluation tools'
+    ``ssm_outputs_zeroed`` on the same weights, also token by token, and changes what the model computes."""
+    torch.manual_seed(0)
+    model = build().eval()
+    ablated = build(ssm_ablation=True).eval()
+    ablated.load_state_dict(model.state_dict())
+    src, lengths = torch.randint(4, 40, (2, 37)), torch.tensor([37, 37])
+    prev = torch.randint(4, 40, (2, 20))
+    prev[:, 0] = 2
+    with torch.no_grad():
+        full, _ = ablated(src, lengths, prev)
+        with ssm_outputs_zeroed(model) as zeroed:
+            assert zeroed == 2  # the encoder's and the decoder's global layer
+            torch.testing.assert_close(model(src, lengths, prev)[0], full)
+        steps, _ = _full_and_incremental(ablated, src, lengths, prev)
+        torch.testing.assert_close(steps, full, atol=1e-4, rtol=1e-4)
+        assert (model(src, lengths, prev)[0] - full).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="no SSM sub-layer"):
+        build("t5_small_local", ssm_ablation=True)
+
+
+def test_global_merge_init_scale_scales_only_the_merge_and_draws_the_same_numbers():
+    """--global-merge-init-scale multiplies W of the global layers' merge; every other weight, and what the
+    random generator draws, stays as with the default (so the default changes nothing)."""
+    torch.manual_seed(0)
+    default = build()
+    torch.manual_seed(0)
+    scaled = build(global_merge_init_scale=0.1)
+    merges = {name for name in default.state_dict() if name.endswith("merge.weight")}
+    assert len(merges) == 2  # the encoder's and the decoder's global layer
+    for name, value in default.state_dict().items():
+        torch.testing.assert_close(scaled.state_dict()[name], 0.1 * value if name in merges else value)
+
+
+def test_at_the_default_merge_scale_the_global_layer_loses_a_tokens_own_embedding():
+    """What --global-merge-init-scale is for (docs/seq2seq.md): at initialisation, the seq2seq sample's size, the
+    encoder's global layer output keeps little of a token's embedding at PyTorch's scale of W, a local layer much."""
+    sample = dict(embed_dim=128, ffn_embed_dim=512, attention_heads=4, encoder_layers=2, decoder_layers=2,
+                  attention_window=16, ssm_state_size=32, max_source_positions=256, max_target_positions=64)
+    src = torch.randint(20, 44, (4, 130))
+    src[:, 60] = 10
+
+    def kept(arch, **overrides):
+        torch.manual_seed(0)
+        model = build(arch, vocabulary=60, tiny=False, **sample, **overrides).eval()
+        with torch.no_grad():
+            out = model.encoder.layers[0](model.encoder.embed_tokens(src), None,
+                                          position_bias=model.encoder.position_bias)
+        return F.cosine_similarity(out[:, 60], model.encoder.embed_tokens.weight[10], dim=-1).mean().item()
+
+    default, scaled, local = kept("spade_t5_small"), kept("spade_t5_small", global_merge_init_scale=0.1), \
+        kept("t5_small_local")
+    assert default < 0.3 and scaled > 0.7 and local > 0.7, (default, scaled, local)  # measured 0.13, 0.75, 0.81
 
 
 def test_the_encoder_is_invariant_to_padding():
@@ -167,6 +224,12 @@ def test_fairseq_train_translation_then_generate_with_beam_search(corpus, tmp_pa
                   "3", "--required-batch-size-multiple", "1", "--cpu"])
     assert sorted(int(i) for i in re.findall(r"^H-(\d+)\t", out, flags=re.M)) == list(range(6))
     assert "BLEU4" in out
+    ablated = run_ok([str(BIN / "fairseq-generate"), str(corpus / "bin"), "--user-dir", "ssm_fairseq", "--path",
+                      str(tmp_path / "ckpt/checkpoint_last.pt"), "--beam", "4", "--max-len-b", "12", "--batch-size",
+                      "3", "--required-batch-size-multiple", "1", "--cpu", "--model-overrides",
+                      "{'ssm_ablation': True}"])
+    assert "--ssm-ablation: the outputs of 2 SSM sub-layers are zeroed" in ablated
+    assert sorted(int(i) for i in re.findall(r"^H-(\d+)\t", ablated, flags=re.M)) == list(range(6))
 
 
 def test_fairseq_train_denoising_pretraining(corpus, tmp_path):

@@ -36,8 +36,6 @@ work_dir="${WORK_DIR:-$default_work}"
 source "$conf"
 bpe_dir="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
-# arch_args ARCH: MODEL_ARGS and the conf's model_args_ARCH (the arguments that make the models equal in size)
-arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
 
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
@@ -116,9 +114,7 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
       [[ -n "$ppl" ]] || { echo "no perplexity in $f: nothing was scored" >&2; exit 1; }
       row="$row $ppl |"
     done
-    params="$({ grep -so 'num. shared model params: [0-9,]*' "$work_dir/train_$arch.log" || true; } | tail -1 |
-      awk '{print $NF}')"
-    [[ -n "$params" ]] || { echo "no parameter count in $work_dir/train_$arch.log: run stage 3 first" >&2; exit 1; }
+    params="$(logged_parameters "$work_dir/train_$arch.log" 3)"
     echo "| $arch | $params |$row"
   done
   # the same checkpoints by where the evidence for a masked token lies (the sliding window's reach: its layers x

@@ -4,12 +4,15 @@
 #
 #   recipes/seq2seq/run.sh [--stage N] [--stop-stage N] [--conf FILE]
 #
-# Stages: 0 the generated sample (GENERATE_SAMPLE=1: stories for pre-training and the long-range copy task),
+# Stages: 0 the generated sample (GENERATE_SAMPLE=1: stories for pre-training and the far-ordering task),
 # 1 SentencePiece trained on the pre-training text and the training pairs, every file encoded
 # (scripts/prepare_seq2seq.py), 2 fairseq-preprocess (one joined dictionary with <mask>, shared by both tasks),
 # 3 fairseq-train --task denoising (BART-style span masking) for each of ARCHS, 4 fairseq-train --task translation
-# from the pre-trained checkpoint, 5 fairseq-generate --beam BEAM on the test split (sacreBLEU on detokenised
-# text, and the share of exactly right outputs), 6 a markdown table. Training resumes from checkpoint_last.pt.
+# from the pre-trained checkpoint, 5 fairseq-generate --beam BEAM on the test split, also for each of ABLATE_ARCHS
+# with its SSM outputs zeroed (--model-overrides "{'ssm_ablation': True}"), 6 a markdown table: parameters, the
+# share of outputs exactly right and right up to word order, sacreBLEU on detokenised text. Training resumes from
+# checkpoint_last.pt. Each architecture trains with MODEL_ARGS plus the conf's model_args_ARCH, and with SEED
+# (default 1).
 #
 # RAW_DIR holds pretrain.train.txt and pretrain.valid.txt (paragraphs, an empty line between documents) and
 # {train,valid,test}.{src,tgt} (one example per line). --conf: conf/sample.sh (generated, CPU, the default) or
@@ -34,12 +37,13 @@ data_bin="$work_dir/data-bin"
 
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
-    log "stage 0: generating stories and the copy task (distance $copy_distance) into $raw_dir"
+    log "stage 0: generating stories and the far-ordering task ($order_length words, gap $order_gap) into $raw_dir"
     run python "$repo/scripts/make_long_documents.py" "$raw_dir/stories" --train 8 --valid 1 --test 1 --words 1500 \
       --labelled 0
     cp "$raw_dir/stories/train.txt" "$raw_dir/pretrain.train.txt"
     cp "$raw_dir/stories/valid.txt" "$raw_dir/pretrain.valid.txt"
-    run python "$repo/scripts/make_copy_task.py" "$raw_dir" --train "$copy_examples" --distance "$copy_distance"
+    run python "$repo/scripts/make_order_task.py" "$raw_dir" --train "$order_examples" --length "$order_length" \
+      --margin "$order_gap" --gap "$order_gap" --run "$order_run"
   else
     log "stage 0: using the corpus in $raw_dir (GENERATE_SAMPLE=0)"
   fi
@@ -75,13 +79,13 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pretrain" --user-dir "$user_dir" --task denoising --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pretrain" --user-dir "$user_dir" --task denoising --arch "$arch" $(arch_args "$arch") \
       --share-all-embeddings --mask 0.3 --mask-length span-poisson --poisson-lambda 3.5 --replace-length 1 \
       --rotate 0 --permute-sentences 0 --insert 0 --tokens-per-sample "$tokens_per_sample" \
       --criterion cross_entropy --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 \
       --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$((pretrain_updates / 10 + 1))" \
       --total-num-update "$pretrain_updates" --max-update "$pretrain_updates" --max-tokens "$max_tokens" \
-      --required-batch-size-multiple 1 --save-dir "$work_dir/checkpoints/$arch/pretrain" --seed 1 \
+      --required-batch-size-multiple 1 --save-dir "$work_dir/checkpoints/$arch/pretrain" --seed "$seed" \
       --log-format simple --log-interval 10 ${PRETRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/pretrain_$arch.log"
   done
 fi
@@ -90,40 +94,61 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for arch in $archs; do
     log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $model_args \
+    fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $(arch_args "$arch") \
       --share-all-embeddings --restore-file "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
       --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
       --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt --warmup-updates "$((finetune_updates / 10 + 1))" \
       --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \
       --skip-invalid-size-inputs-valid-test \
-      --save-dir "$work_dir/checkpoints/$arch/finetune" --no-epoch-checkpoints --seed 1 \
+      --save-dir "$work_dir/checkpoints/$arch/finetune" --no-epoch-checkpoints --seed "$seed" \
       --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
   done
 fi
 
+# generate ARCH NAME [ARGS...]: fairseq-generate --beam BEAM with ARCH's fine-tuned checkpoint on the test split into
+# generate_NAME.txt (its log in generate_NAME.log)
+generate() {
+  local arch="$1" name="$2"
+  shift 2
+  # shellcheck disable=SC2086
+  { run fairseq-generate "$data_bin/pairs" --user-dir "$user_dir" --task translation \
+      --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
+      --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 \
+      --post-process sentencepiece --scoring sacrebleu "$@" ${GENERATE_ARGS:-} > "$work_dir/generate_$name.txt"; } \
+    2>&1 | tee "$work_dir/generate_$name.log"
+}
+
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   for arch in $archs; do
     log "stage 5: fairseq-generate --beam $beam with $arch on the test split"
-    # shellcheck disable=SC2086
-    run fairseq-generate "$data_bin/pairs" --user-dir "$user_dir" --task translation \
-      --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
-      --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 \
-      --post-process sentencepiece --scoring sacrebleu ${GENERATE_ARGS:-} > "$work_dir/generate_$arch.txt"
+    generate "$arch" "$arch"
+  done
+  for arch in $ablate_archs; do
+    log "stage 5: the same with $arch's SSM outputs zeroed (--model-overrides \"{'ssm_ablation': True}\")"
+    generate "$arch" "${arch}_ssm_zeroed" --model-overrides "{'ssm_ablation': True}"
+    grep -q -- "--ssm-ablation: the outputs of" "$work_dir/generate_${arch}_ssm_zeroed.log" || {
+      echo "$arch's checkpoint did not take ssm_ablation (saved before the option existed?): no ablation row" >&2
+      exit 1
+    }
   done
 fi
 
 if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
   log "stage 6: results on the test split"
   echo
-  echo "| model | test examples | exactly right (%) | sacreBLEU |"
-  echo "|---|---|---|---|"
-  for arch in $archs; do
-    f="$work_dir/generate_$arch.txt"
+  echo "| model | parameters | test examples | exactly right (%) | right words, any order (%) | sacreBLEU |"
+  echo "|---|---|---|---|---|---|"
+  for name in $archs $(for arch in $ablate_archs; do echo "${arch}_ssm_zeroed"; done); do
+    arch="${name%_ssm_zeroed}"
+    f="$work_dir/generate_$name.txt"
     [[ -f "$f" ]] || { echo "missing $f: run stage 5 first" >&2; exit 1; }
-    run python - "$f" "$arch" <<'PY'
+    params="$(logged_parameters "$work_dir/finetune_$arch.log" 4)"
+    label="$arch"
+    [[ "$name" != "$arch" ]] && label="$arch, SSM output zeroed"
+    run python - "$f" "$label" "$params" <<'PY'
 import re, sys
-path, arch = sys.argv[1:]
+path, label, params = sys.argv[1:]
 text = open(path, encoding="utf-8").read()
 targets = dict(re.findall(r"^T-(\d+)\t(.*)$", text, flags=re.M))
 hypotheses = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", text, flags=re.M))
@@ -131,8 +156,12 @@ bleu = re.search(r"BLEU = ([0-9.]+)", text)
 if not targets or targets.keys() != hypotheses.keys() or not bleu:
     sys.exit(f"{path}: {len(targets)} targets, {len(hypotheses)} hypotheses, BLEU {'found' if bleu else 'missing'}: "
              "nothing to score")
-right = sum(hypotheses[i].strip() == t.strip() for i, t in targets.items())
-print(f"| {arch} | {len(targets)} | {100 * right / len(targets):.1f} | {bleu.group(1)} |")
+right = sum(hypotheses[i].split() == t.split() for i, t in targets.items())
+any_order = sum(sorted(hypotheses[i].split()) == sorted(t.split()) for i, t in targets.items())
+# BLEU counts up to 4-grams: with no target of 4 words it is 0 whatever the outputs, so it is not printed
+bleu = bleu.group(1) if any(len(t.split()) >= 4 for t in targets.values()) else "- (targets under 4 words)"
+print(f"| {label} | {params} | {len(targets)} | {100 * right / len(targets):.1f} | "
+      f"{100 * any_order / len(targets):.1f} | {bleu} |")
 PY
   done
 fi

@@ -105,9 +105,6 @@ if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
     --destdir "$data_bin" --workers "$(nproc)"
 fi
 
-# arch_args ARCH: MODEL_ARGS and the conf's model_args_ARCH (the arguments that make the models equal in size)
-arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
-
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   for arch in $archs; do
     # the *_wiki103 architectures have an adaptive softmax, whose loss is adaptive_loss; the others a full one
@@ -170,8 +167,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
         rm -f "$values"
       done
       f="$work_dir/train_${arch}_seed${seeds%% *}.log"
-      params="$({ grep -so 'num. shared model params: [0-9,]*' "$f" || true; } | tail -1 | awk '{print $NF}')"
-      [[ -n "$params" ]] || { echo "no parameter count in $f: run stage 2 first" >&2; exit 1; }
+      params="$(logged_parameters "$f" 2)"
       runs=""
       [[ "$(wc -w <<< "$seeds")" -gt 1 ]] && runs=" ($(wc -w <<< "$seeds") seeds)"
       echo "| $arch$runs | $params |$row"

@@ -7,6 +7,7 @@ after the HiPPO initialisation, Eq. 5); full cross-attention. Incremental decodi
 mode, keeps only the attention window and projects the encoder's keys and values once, so ``fairseq-generate``
 pays the same per token whatever the target length.
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,9 +24,12 @@ from ..modules.causal_ssm import SSM_CHOICES
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.relative_position import RelativePositionBias
 from ..modules.spade_layer import SpadeLayer
+from ..modules.ssm_ablation import zero_ssm_outputs
 from .architecture import fill_config_defaults, set_defaults
 from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +50,10 @@ class SpadeTransformerConfig(FairseqDataclass):
     ssm_state_size: int = field(default=64, metadata={"help": "SSM state size N"})
     ssm_heads: int = field(default=1, metadata={"help": "heads of the mssm kernel"})
     train_ssm_ab: bool = field(default=False, metadata={"help": "train S4's A and B (SPADE freezes them)"})
+    global_merge_init_scale: float = field(default=1.0, metadata={
+        "help": "multiplies the initial weights of the global layers' W (the merge of LN(local) and LN(SSM)); 1 is "
+                "PyTorch's default, below 1 a token's own representation passes the global layer less mixed at "
+                "the start of training"})
     relative_buckets: int = field(default=32, metadata={"help": "T5 relative position buckets"})
     relative_max_distance: int = field(default=128, metadata={"help": "T5 relative position max distance"})
     activation_fn: ChoiceEnum(list(ACTIVATIONS)) = field(default="relu", metadata={"help": "FFN activation"})
@@ -57,6 +65,10 @@ class SpadeTransformerConfig(FairseqDataclass):
         "help": "longest source: the encoder S4 kernel's l_max (no positional embeddings; a longer input "
                 "stops with an error naming this flag)"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target: the decoder S4's l_max"})
+    ssm_ablation: bool = field(default=False, metadata={
+        "help": "evaluation only: every SSM sub-layer outputs zeros, in the full forward and in incremental "
+                "decoding (fairseq-generate --model-overrides \"{'ssm_ablation': True}\"); refused for a model "
+                "without SSM sub-layers"})
 
 
 def _stack(cfg: SpadeTransformerConfig, layers: int, causal: bool, l_max: int) -> nn.ModuleList:
@@ -66,7 +78,7 @@ def _stack(cfg: SpadeTransformerConfig, layers: int, causal: bool, l_max: int) -
             ssm=cfg.ssm if i < cfg.global_layers else None, ssm_state_size=cfg.ssm_state_size, l_max=l_max,
             frozen_ssm=not cfg.train_ssm_ab, ssm_heads=cfg.ssm_heads, dropout=cfg.dropout,
             attention_dropout=cfg.attention_dropout, activation=cfg.activation_fn, post_norm=True,
-            cross_attention=causal,
+            cross_attention=causal, merge_init_scale=cfg.global_merge_init_scale,
         )
         for i in range(layers)
     )
@@ -96,7 +108,11 @@ class SpadeTransformerModel(FairseqEncoderDecoderModel):
             decoder_embed = encoder_embed
         else:
             decoder_embed = _embedding(target, cfg.embed_dim)
-        return cls(SpadeEncoder(cfg, source, encoder_embed), SpadeSeq2SeqDecoder(cfg, target, decoder_embed))
+        model = cls(SpadeEncoder(cfg, source, encoder_embed), SpadeSeq2SeqDecoder(cfg, target, decoder_embed))
+        if cfg.ssm_ablation:
+            zeroed, _ = zero_ssm_outputs(model)
+            logger.info("--ssm-ablation: the outputs of %d SSM sub-layers are zeroed", zeroed)
+        return model
 
 
 class SpadeEncoder(FairseqEncoder):
