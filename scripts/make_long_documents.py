@@ -8,11 +8,16 @@ The output follows fairseq's ``masked_lm`` conventions (the format RoBERTa's pre
 paragraph per line, an empty line between documents.
 
     python scripts/make_long_documents.py OUT_DIR [--train 16 --valid 2 --test 2 --words 4000 --seed 1]
-        [--name-pool 0] [--split-punctuation]
+        [--name-pool 0] [--split-punctuation] [--labelled 400 --labelled-words 0]
 
 writes ``OUT_DIR/{train,valid,test}.txt`` and, for ``sentence_prediction`` fine-tuning, the labelled
 passages ``OUT_DIR/labelled/{train,valid}.tsv`` (``label<TAB>text``, the label is the passage's setting).
 Everything is deterministic given ``--seed``.
+
+A labelled passage is a few sentences of its setting by default, so a keyword anywhere in it decides the label.
+``--labelled-words N`` writes instead passages of about ``N`` words whose sentences name no setting except one,
+placed anywhere: the label's only evidence is that sentence, which a classifier reading the first token's
+encoding (``sentence_prediction``) sees only if its encoder's reach spans the distance.
 
 By default every document invents its own names, so a word-level vocabulary built on the training split has
 never seen the names of a held-out document. ``--name-pool N`` draws every document's people and places from one
@@ -93,12 +98,29 @@ def document(rng: random.Random, words: int, pool: list[str] | None = None) -> l
     return paragraphs
 
 
-def labelled_passage(rng: random.Random) -> tuple[str, str]:
-    """A short passage and its setting."""
+def neutral_sentence(rng: random.Random, cast: list[str], places: list[str]) -> str:
+    """One sentence of the stories' own words that names no setting (no setting's nouns or verbs)."""
+    who, other, where = rng.choice(cast), rng.choice(cast), rng.choice(places)
+    return rng.choice([
+        f"{rng.choice(TIMES).capitalize()}, {who} remembered {other}.",
+        f"Everyone in {where} knew that {who} and {other} lived {rng.choice(LINKS)} {where}.",
+        f"{who} and {other} first met in {where} {rng.choice(TIMES)}.",
+    ])
+
+
+def labelled_passage(rng: random.Random, words: int = 0) -> tuple[str, str]:
+    """A passage and its setting: a few sentences of the setting, or (``words`` > 0) about ``words`` words of
+    neutral sentences with one sentence of the setting at a uniformly drawn place."""
     setting = rng.choice(sorted(SETTINGS))
     cast = [invented_name(rng) for _ in range(2)]
     places = [invented_name(rng)]
-    return setting, " ".join(sentence(rng, setting, cast, places) for _ in range(rng.randint(2, 4)))
+    if not words:
+        return setting, " ".join(sentence(rng, setting, cast, places) for _ in range(rng.randint(2, 4)))
+    sentences: list[str] = []
+    while sum(len(s.split()) for s in sentences) < words:
+        sentences.append(neutral_sentence(rng, cast, places))
+    sentences.insert(rng.randint(0, len(sentences)), sentence(rng, setting, cast, places))
+    return setting, " ".join(sentences)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", type=int, default=2, help="test documents")
     parser.add_argument("--words", type=int, default=4000, help="words per document (about)")
     parser.add_argument("--labelled", type=int, default=400, help="labelled passages (4/5 train, 1/5 valid)")
+    parser.add_argument("--labelled-words", type=int, default=0,
+                        help="words per labelled passage, all neutral but one sentence of its setting (0: a few "
+                             "sentences of the setting)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name-pool", type=int, default=0,
                         help="draw every document's names from one pool of this many (0: each invents its own)")
@@ -126,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             text = re.sub(r"([.,])(?= |$)", r" \1", text, flags=re.M)
         (args.out / f"{split}.txt").write_text(text, encoding="utf-8")
     (args.out / "labelled").mkdir(exist_ok=True)
-    passages = [labelled_passage(rng) for _ in range(args.labelled)]
+    passages = [labelled_passage(rng, args.labelled_words) for _ in range(args.labelled)]
     n_train = len(passages) * 4 // 5
     for split, rows in (("train", passages[:n_train]), ("valid", passages[n_train:])):
         text = "".join(f"{label}\t{passage}\n" for label, passage in rows)

@@ -5,6 +5,7 @@ import os
 import re
 from collections import Counter
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,26 @@ def test_a_malformed_labelled_row_is_named(tmp_path):
                              str(tmp_path / "bpe"), "--labelled", str(raw / "labelled")],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and f"{raw}/labelled/valid.tsv:3" in result.stderr
+
+
+def test_long_labelled_passages_hold_their_only_evidence_anywhere(tmp_path):
+    """--labelled-words: every passage is neutral but for one sentence of its label's setting, at any place."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from make_long_documents import SETTINGS
+
+    run_ok([str(BIN / "python"), "scripts/make_long_documents.py", str(tmp_path), "--train", "1", "--valid", "1",
+            "--test", "1", "--words", "50", "--labelled", "60", "--labelled-words", "300"])
+    places = []
+    for row in (tmp_path / "labelled/train.tsv").read_text().splitlines():
+        label, text = row.split("\t")
+        sentences = re.split(r"(?<=\.) ", text)
+        assert len(text.split()) >= 300
+        evidence = [(i, setting) for i, s in enumerate(sentences) for setting, (nouns, verbs) in SETTINGS.items()
+                    if set(re.findall(r"[a-z]+", s)) & set(nouns)]
+        assert len(evidence) == 1 and evidence[0][1] == label, (label, evidence)
+        places.append(evidence[0][0] / len(sentences))
+    # drawn uniformly: some in each third of their passage
+    assert min(places) < 1 / 3 and max(places) > 2 / 3 and any(1 / 3 <= p <= 2 / 3 for p in places), places
 
 
 def test_kernel_plots_of_a_trained_checkpoint(recipe, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -103,6 +104,18 @@ def test_the_markers_lie_beyond_the_windows_reach(recipe):
         assert [pieces[i] for i in at] == [first] * 4 + [second] * 4, (source, target)
         assert at[:4] == list(range(at[0], at[0] + 4)) and at[4:] == list(range(at[4], at[4] + 4)), source
         assert at[0] > REACH and at[4] - at[3] > REACH and len(pieces) - 1 - at[7] > REACH, source
+
+
+def test_a_restarted_fine_tuning_resumes_its_own_checkpoint(recipe, tmp_path):
+    """Stage 4 again: fine-tuning goes on from its checkpoint_last.pt, not from the pre-trained model again."""
+    work = tmp_path / "work"
+    shutil.copytree(recipe[0], work)
+    before = (work / "finetune_spade_t5_small.log").read_text()
+    run_ok(["bash", "recipes/seq2seq/run.sh", "--stage", "4", "--stop-stage", "4"],
+           env=recipe_env(work, ARCHS="spade_t5_small"))
+    again = (work / "finetune_spade_t5_small.log").read_text()[len(before):]
+    assert f"Loaded checkpoint {work}/checkpoints/spade_t5_small/finetune/checkpoint_last.pt" in again, again[-2000:]
+    assert "pretrain/checkpoint_last.pt" not in again
 
 
 def test_the_recipe_restarts_at_the_table_and_fails_when_nothing_was_scored(recipe, tmp_path):

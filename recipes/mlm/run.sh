@@ -10,8 +10,9 @@
 # from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
 # masked tokens split by whether the same token is visible within the sliding window's reach
 # (ssm-mlm-evidence-ppl, with SSM outputs zeroed and a unigram row),
-# 6 sentence_prediction fine-tuning from each pre-trained checkpoint on LABELLED_DIR's TSV with an accuracy
-# table (skipped, saying so, when LABELLED_DIR is empty). Every stage can be re-run on its own.
+# 6 sentence_prediction fine-tuning from each pre-trained checkpoint (--finetune-from-model: a restart resumes from
+# the fine-tuned checkpoint_last.pt) on LABELLED_DIR's TSV with an accuracy table (skipped, saying so, when
+# LABELLED_DIR is empty). Every stage can be re-run on its own.
 #
 # --conf: conf/mlm.sh (your corpus in RAW_DIR, Table 4's 24-layer models; the default) or conf/sample.sh (the
 # generated sample and small models, minutes on a CPU). Environment: WORK_DIR (default exp/mlm or
@@ -40,7 +41,7 @@ data_bin="$work_dir/data-bin"
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
     log "stage 0: generating the long-document sample into $raw_dir"
-    run python "$repo/scripts/make_long_documents.py" "$raw_dir"
+    run python "$repo/scripts/make_long_documents.py" "$raw_dir" --labelled-words "${labelled_words:-0}"
   else
     log "stage 0: using the corpus in $raw_dir (GENERATE_SAMPLE=0)"
   fi
@@ -147,13 +148,13 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
       # shellcheck disable=SC2046,SC2086
       fairseq_train "$data_bin/labelled" --user-dir "$user_dir" --task sentence_prediction \
         --criterion sentence_prediction --arch "$arch" $(arch_args "$arch") --num-classes "$classes" \
-        --restore-file "$work_dir/checkpoints/$arch/checkpoint_best.pt" --reset-optimizer --reset-dataloader \
-        --reset-meters --reset-lr-scheduler --save-dir "$work_dir/checkpoints/${arch}_finetuned" \
+        --finetune-from-model "$work_dir/checkpoints/$arch/checkpoint_best.pt" \
+        --save-dir "$work_dir/checkpoints/${arch}_finetuned" \
         --init-token 0 --separator-token 2 --max-positions "$tokens_per_sample" --batch-size 16 \
         --max-epoch "$finetune_max_epoch" --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 \
         --lr "$finetune_lr" --lr-scheduler fixed --required-batch-size-multiple 1 --no-epoch-checkpoints \
         --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric --seed 1 \
-        --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee "$work_dir/finetune_$arch.log"
+        --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
     done
     echo
     echo "| model | fine-tuned valid accuracy (%) |"

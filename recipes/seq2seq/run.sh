@@ -11,8 +11,8 @@
 # from the pre-trained checkpoint, 5 fairseq-generate --beam BEAM on the test split, also for each of ABLATE_ARCHS
 # with its SSM outputs zeroed (--model-overrides "{'ssm_ablation': True}"), 6 a markdown table: parameters, the
 # share of outputs exactly right and right up to word order, sacreBLEU on detokenised text. Training resumes from
-# checkpoint_last.pt. Each architecture trains with MODEL_ARGS plus the conf's model_args_ARCH, and with SEED
-# (default 1).
+# checkpoint_last.pt (fine-tuning starts from the pre-trained model only when it has none: --finetune-from-model).
+# Each architecture trains with MODEL_ARGS plus the conf's model_args_ARCH, and with SEED (default 1).
 #
 # RAW_DIR holds pretrain.train.txt and pretrain.valid.txt (paragraphs, an empty line between documents) and
 # {train,valid,test}.{src,tgt} (one example per line). --conf: conf/sample.sh (generated, CPU, the default) or
@@ -95,8 +95,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
     log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
     # shellcheck disable=SC2086
     fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $(arch_args "$arch") \
-      --share-all-embeddings --restore-file "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
-      --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
+      --share-all-embeddings --finetune-from-model "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
       --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt --warmup-updates "$((finetune_updates / 10 + 1))" \
       --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \

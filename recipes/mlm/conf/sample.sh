@@ -3,6 +3,10 @@
 raw_dir="${RAW_DIR:-$work_dir/raw}"
 labelled_dir="${LABELLED_DIR:-$work_dir/raw/labelled}"
 generate_sample="${GENERATE_SAMPLE:-1}"
+# 0: short labelled passages of their setting (a keyword decides the label); N: passages of about N words whose only
+# evidence is one sentence anywhere in them (400 words, some 900 pieces, were not learned by either model in 12
+# epochs: docs/masked_lm.md)
+labelled_words="${LABELLED_WORDS:-0}"
 vocab_size="${VOCAB_SIZE:-256}"
 archs="${ARCHS:-mssm_roberta_base local_roberta_base}"
 model_args="${MODEL_ARGS:---encoder-layers 2 --encoder-embed-dim 64 --encoder-attention-heads 4 --ssm-heads 4 \

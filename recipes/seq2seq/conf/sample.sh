@@ -14,10 +14,8 @@ archs="${ARCHS:-spade_t5_small t5_small_local}"
 ablate_archs="${ABLATE_ARCHS:-spade_t5_small}"
 model_args="${MODEL_ARGS:---embed-dim 128 --attention-heads 4 --encoder-layers 2 --decoder-layers 2 \
 --attention-window 16 --ssm-state-size 32 --max-source-positions 1024 --max-target-positions 512}"
-# equal sizes: the local model's wider FFN makes up for the S4 global layers (1,086,080 against 1,088,384). The
-# global layers' merge starts at a tenth of PyTorch's initial scale: at the default a token's own embedding is
-# mostly lost in the merge (cosine 0.13 after the layer against 0.81 after a local one; docs/seq2seq.md).
-model_args_spade_t5_small="${MODEL_ARGS_SPADE_T5_SMALL:---ffn-embed-dim 512 --global-merge-init-scale 0.1}"
+# equal sizes: the local model's wider FFN makes up for the S4 global layers (1,086,080 against 1,088,384)
+model_args_spade_t5_small="${MODEL_ARGS_SPADE_T5_SMALL:---ffn-embed-dim 512}"
 model_args_t5_small_local="${MODEL_ARGS_T5_SMALL_LOCAL:---ffn-embed-dim 640}"
 tokens_per_sample="${TOKENS_PER_SAMPLE:-512}"
 pretrain_updates="${PRETRAIN_UPDATES:-100}"
