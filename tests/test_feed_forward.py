@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssm_fairseq.modules.feed_forward import ACTIVATIONS, FeedForward
+from ssm_fairseq.modules.feed_forward import ACTIVATIONS, DROPPED, FeedForward, _activation_backward
 
 
 def plain_autograd(ffn: FeedForward, x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tensor:
@@ -47,8 +47,9 @@ def test_eval_and_no_grad_are_the_plain_block():
     torch.testing.assert_close(ffn(x), ffn.net(x))
 
 
-def test_keeps_input_hidden_and_mask_only():
-    """Kept for the backward pass: the input, the hidden pre-activations, a one-byte mask (and the weights)."""
+def test_keeps_input_and_hidden_only():
+    """Kept for the backward pass: the input and the hidden pre-activations, which carry the dropout mask (and the
+    weights)."""
     ffn = FeedForward(8, 32, "gelu", dropout=0.1).train()
     x = torch.randn(4, 10, 8, requires_grad=True)
     kept = {}
@@ -61,9 +62,19 @@ def test_keeps_input_hidden_and_mask_only():
         ffn(x)
     weights = sum(p.numel() * 4 for p in ffn.parameters() if p.dim() == 2)
     activations = sum(t.untyped_storage().nbytes() for t in kept.values()) - weights
-    assert activations == x.numel() * 4 + 40 * 32 * (4 + 1)
+    assert activations == x.numel() * 4 + 40 * 32 * 4
     dtypes = sorted(str(t.dtype) for t in kept.values() if t.dim() == 3)
-    assert dtypes == ["torch.bool", "torch.float32", "torch.float32"]
+    assert dtypes == ["torch.float32", "torch.float32"]
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_a_dropped_unit_has_zero_activation_and_gradient(activation, dtype):
+    """What lets the kept pre-activations carry the mask: at ``DROPPED`` the activation and its derivative are 0."""
+    act = ACTIVATIONS[activation]()
+    h = torch.full((4,), DROPPED, dtype=dtype)
+    assert torch.equal(act(h), torch.zeros_like(h))
+    assert torch.equal(_activation_backward(act, torch.full_like(h, 1e3), h), torch.zeros_like(h))
 
 
 def test_bf16_autocast_matches_float32():

@@ -17,8 +17,9 @@
 # --conf: conf/mlm.sh (your corpus in RAW_DIR, Table 4's 24-layer models; the default) or conf/sample.sh (the
 # generated sample and small models, minutes on a CPU). Environment: WORK_DIR (default exp/mlm or
 # exp/mlm_sample), TRAIN_ARGS / FINETUNE_ARGS / VALID_ARGS (extra arguments of fairseq-train / fairseq-train for
-# fine-tuning / fairseq-validate), PYTHON_BIN (directory of python and the fairseq-* commands; default .venv/bin
-# if present), and any variable of the conf file in upper case. NPROC (default 1): stages 3 and 6 train with NPROC
+# fine-tuning / fairseq-validate), SEED (default 1; of training and fine-tuning: validation always masks with seed 1,
+# so every model and seed is scored on the same masked tokens), PYTHON_BIN (directory of python and the fairseq-*
+# commands; default .venv/bin if present), and any variable of the conf file in upper case. NPROC (default 1): stages 3 and 6 train with NPROC
 # processes (one per GPU) under torchrun, each update then takes NPROC x UPDATE_FREQ batches; NNODES, NODE_RANK,
 # MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh). On CPU add
 # --cpu --distributed-backend gloo --ddp-backend legacy_ddp to TRAIN_ARGS and FINETUNE_ARGS.
@@ -80,7 +81,7 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
       --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
       --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0 \
       --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$warmup_updates" --total-num-update "$max_update" \
-      --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test --seed 1 \
+      --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test --seed "$seed" \
       --log-format simple --log-interval 10 ${TRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/train_$arch.log"
   done
 fi
@@ -153,7 +154,7 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
         --init-token 0 --separator-token 2 --max-positions "$tokens_per_sample" --batch-size 16 \
         --max-epoch "$finetune_max_epoch" --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 \
         --lr "$finetune_lr" --lr-scheduler fixed --required-batch-size-multiple 1 --no-epoch-checkpoints \
-        --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric --seed 1 \
+        --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric --seed "$seed" \
         --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
     done
     echo

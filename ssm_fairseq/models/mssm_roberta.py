@@ -22,6 +22,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import II
 from torch import Tensor, nn
 
+from ..modules.dropout import LeanDropout
 from ..modules.encoder_layer import EncoderLayer, LayerConfig
 from ..modules.feed_forward import ACTIVATIONS
 from .architecture import fill_config_defaults, set_defaults
@@ -143,7 +144,7 @@ class MaskedLMEncoder(FairseqEncoder):
         # sin/cos coordinates have an RMS of 1/sqrt(2); scaled to the RMS of the token embeddings at initialisation
         # (RoBERTa's N(0, 0.02), as learned positions start), so that positions do not drown the tokens
         self.position_scale = SINUSOID_SCALE if cfg.encoder_sinusoidal_pos else 1.0
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = LeanDropout(cfg.dropout)
         layer_cfg = LayerConfig(
             dim=dim, ffn_dim=cfg.encoder_ffn_embed_dim, ffn_activation=cfg.activation_fn,
             attention_heads=cfg.encoder_attention_heads, ssm_heads=cfg.ssm_heads, ssm_stack=cfg.ssm_stack,

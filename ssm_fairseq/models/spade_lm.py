@@ -22,6 +22,7 @@ from omegaconf import II, DictConfig
 from torch import Tensor, nn
 
 from ..modules.causal_ssm import SSM_CHOICES
+from ..modules.dropout import LeanDropout
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
 from .architecture import fill_config_defaults, set_defaults
@@ -97,7 +98,7 @@ class SpadeDecoder(LayerCacheDecoder):
         self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(dim)
         self.padding_idx = dictionary.pad()
         self.max_target_positions = cfg.max_target_positions or cfg.tokens_per_sample
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = LeanDropout(cfg.dropout)
         self.embed_positions = None
         if cfg.positional_embeddings == "sinusoidal":
             self.embed_positions = SinusoidalPositionalEmbedding(

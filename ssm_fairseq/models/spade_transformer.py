@@ -21,6 +21,7 @@ from fairseq.models import (
 from torch import Tensor, nn
 
 from ..modules.causal_ssm import SSM_CHOICES
+from ..modules.dropout import LeanDropout
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.relative_position import RelativePositionBias
 from ..modules.spade_layer import SpadeLayer
@@ -122,7 +123,7 @@ class SpadeEncoder(FairseqEncoder):
         super().__init__(dictionary)
         self.embed_tokens, self.padding_idx = embed_tokens, dictionary.pad()
         self.max_source_positions = cfg.max_source_positions
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = LeanDropout(cfg.dropout)
         self.position_bias = RelativePositionBias(cfg.attention_heads, True, cfg.relative_buckets,
                                                   cfg.relative_max_distance)
         self.layers = _stack(cfg, cfg.encoder_layers, causal=False, l_max=cfg.max_source_positions)
@@ -154,7 +155,7 @@ class SpadeSeq2SeqDecoder(LayerCacheDecoder):
         super().__init__(dictionary)
         self.embed_tokens, self.padding_idx = embed_tokens, dictionary.pad()
         self.max_target_positions = cfg.max_target_positions
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = LeanDropout(cfg.dropout)
         self.position_bias = RelativePositionBias(cfg.attention_heads, False, cfg.relative_buckets,
                                                   cfg.relative_max_distance)
         self.layers = _stack(cfg, cfg.decoder_layers, causal=True, l_max=cfg.max_target_positions)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .dropout import LeanDropout
+
 
 class ConformerConvolution(nn.Module):
     """Pointwise conv (D -> 2D), GLU, depthwise conv (kernel 31), BatchNorm, Swish, pointwise conv, dropout.
@@ -22,7 +24,7 @@ class ConformerConvolution(nn.Module):
         self.norm = nn.BatchNorm1d(dim)
         self.activation = nn.SiLU()
         self.pointwise_out = nn.Conv1d(dim, dim, 1)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LeanDropout(dropout)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames."""

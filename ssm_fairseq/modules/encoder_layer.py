@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from .bidirectional_ssm import BidirectionalSSM
 from .conformer_convolution import ConformerConvolution
+from .dropout import LeanDropout
 from .feed_forward import FeedForward
 from .local_attention import LocalAttention
 from .multihead_ssm import MultiHeadSSM
@@ -102,7 +103,7 @@ class PreNormResidual(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.block = block
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LeanDropout(dropout)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return x + self.dropout(self.block(self.norm(x), padding_mask))

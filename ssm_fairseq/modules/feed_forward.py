@@ -1,9 +1,11 @@
 """The position-wise feed-forward block of transformer-style layers.
 
-In training the block keeps, for its backward pass, only its input, the first linear's output ``h`` and the dropout
-mask (one byte a hidden unit); the activation and the dropped activations are recomputed from ``h``, one elementwise
-activation more in the backward pass. Plain autograd would also keep the dropped activations that the second
-linear reads (and, on CPU, dropout's mask as floats).
+In training the block keeps, for its backward pass, only its input and the first linear's output ``h``; the
+activation and the dropped activations are recomputed from ``h``, one elementwise activation more in the backward
+pass. The dropout mask is kept inside ``h``: a dropped unit's ``h`` is overwritten with ``DROPPED``, where every
+activation of ``ACTIVATIONS`` and its derivative are exactly 0 (in float16 to float64; tested), so recomputing from
+``h`` gives the dropped activations and their gradient directly. Plain autograd would also keep the activations that
+the second linear reads and dropout's mask (on a CPU as floats).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
+DROPPED = -1e4  # a dropped unit's kept pre-activation: every activation above and its derivative are 0 there
 
 
 def build_activation(name: str) -> nn.Module:
@@ -33,7 +36,8 @@ def _activation_backward(activation: nn.Module, grad: Tensor, h: Tensor) -> Tens
 
 
 class _LeanFeedForward(torch.autograd.Function):
-    """``Linear(w2, b2)(Dropout_p(activation(Linear(w1, b1)(x))))`` saving ``x``, ``h`` and the dropout mask.
+    """``Linear(w2, b2)(Dropout_p(activation(Linear(w1, b1)(x))))`` saving ``x`` and ``h`` (``DROPPED`` where the
+    dropout mask drops a unit).
 
     The backward pass recomputes the dropped activations for ``w2``'s gradient and frees them before the
     activation's gradient, so that it never holds more than plain autograd's backward pass does. Under autocast
@@ -46,29 +50,25 @@ class _LeanFeedForward(torch.autograd.Function):
                 p: float) -> Tensor:
         h = F.linear(x, w1, b1)
         a = activation(h)
-        keep = None
         if p > 0:
             keep = torch.empty_like(h, dtype=torch.bool).bernoulli_(1 - p)
             a = a * keep / (1 - p)
+            h.masked_fill_(~keep, DROPPED)
         ctx.activation, ctx.p = activation, p
-        ctx.save_for_backward(x, h, keep, w1, w2)
+        ctx.save_for_backward(x, h, w1, w2)
         return F.linear(a, w2, b2)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        x, h, keep, w1, w2 = ctx.saved_tensors
+        x, h, w1, w2 = ctx.saved_tensors
         dtype = h.dtype
         grad = grad.to(dtype).flatten(0, -2)  # rows x D
-        dropped = ctx.activation(h)
-        if keep is not None:
-            dropped = dropped.mul_(keep).div_(1 - ctx.p)
+        dropped = ctx.activation(h).div_(1 - ctx.p)  # 0 at the dropped units
         grad_w2 = grad.t() @ dropped.flatten(0, -2)
         del dropped
-        grad_a = (grad @ w2.to(dtype)).view_as(h)
-        if keep is not None:
-            grad_a = grad_a.mul_(keep).div_(1 - ctx.p)
-        grad_h = _activation_backward(ctx.activation, grad_a, h).flatten(0, -2)
+        grad_a = (grad @ w2.to(dtype)).view_as(h).div_(1 - ctx.p)
+        grad_h = _activation_backward(ctx.activation, grad_a, h).flatten(0, -2)  # 0 at the dropped units
         del grad_a
         grad_x = (grad_h @ w1.to(dtype)).view(x.shape).to(x.dtype)
         grad_w1 = grad_h.t() @ x.to(dtype).flatten(0, -2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 MODES = ("window", "chunk")
 
@@ -23,6 +24,8 @@ class LocalAttention(nn.Module):
     Memory: the sequence is split into ``nb = ceil(L / window)`` blocks of ``window`` queries, each scored only
     against a span of ``c * window`` keys (``c`` = 3 for bidirectional window, 2 for causal window, 1 for chunk),
     so scores and masks are ``B x H x nb x window x c*window``: ``O(B * heads * L * window)``, never ``L x L``.
+    In training the blocks (each key copied into ``c`` spans) are formed again in the backward pass (activation
+    checkpointing), which keeps only ``q``, ``k`` and ``v`` for it.
     Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (``O(B * D * window)``)
     and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
     """
@@ -56,7 +59,11 @@ class LocalAttention(nn.Module):
         B, n, D = x.shape
         q, k, v = self.qkv(x).view(B, n, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         if cache is None:
-            y = self._attend(q, k, v, None if key_padding_mask is None else ~key_padding_mask, position_bias)
+            key_ok = None if key_padding_mask is None else ~key_padding_mask
+            if torch.is_grad_enabled():  # the backward pass re-forms the blocks: keep only q, k, v
+                y = checkpoint(self._attend, q, k, v, key_ok, position_bias, use_reentrant=False)
+            else:
+                y = self._attend(q, k, v, key_ok, position_bias)
         else:
             y = self._attend_cached(q, k, v, cache, position_bias)
         return self.out_proj(y.transpose(1, 2).reshape(B, n, D))

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ..ssm import MSSMKernel, S4Kernel, fft_conv
 from ..ssm.batched_kernels import layer_kernels
+from .dropout import LeanDropout
 
 GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
 
@@ -87,7 +88,7 @@ class MultiHeadSSM(nn.Module):
         )
         n_linear = stack if output_linear else stack - 1
         self.linears = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_linear))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LeanDropout(dropout)
 
     def activate(self, y: Tensor) -> Tensor:
         """``B x C x D x L`` SSM outputs -> ``B x D x L``."""

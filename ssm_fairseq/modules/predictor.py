@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .dropout import LeanDropout
+
 State = list[tuple[Tensor, Tensor]]  # per layer (h, c), each 1 x B x hidden
 
 
@@ -27,7 +29,7 @@ class Predictor(nn.Module):
         dims = [embed_dim] + [hidden_dim] * layers
         self.lstms = nn.ModuleList(nn.LSTM(d_in, hidden_dim, batch_first=True) for d_in in dims[:-1])
         self.norms = nn.ModuleList(nn.LayerNorm(hidden_dim) for _ in range(layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LeanDropout(dropout)
         self.hidden_dim = hidden_dim
 
     def forward(self, tokens: Tensor, state: State | None = None) -> tuple[Tensor, State]:

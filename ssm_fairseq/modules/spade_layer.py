@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from .bidirectional_ssm import BidirectionalSSM
 from .causal_ssm import CausalSSM
 from .cross_attention import CrossAttention
+from .dropout import LeanDropout
 from .feed_forward import FeedForward
 from .local_attention import LocalAttention
 
@@ -91,7 +92,7 @@ class SpadeLayer(nn.Module):
             self.cross_attention = CrossAttention(dim, heads, attention_dropout)
         self.ffn_norm = nn.LayerNorm(dim)
         self.ffn = FeedForward(dim, ffn_dim, activation, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LeanDropout(dropout)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, cache: dict | None = None,
                 position_bias: nn.Module | None = None, encoder_out: Tensor | None = None,

@@ -6,6 +6,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .dropout import LeanDropout
 from .encoder_layer import EncoderLayer, LayerConfig, PreNormResidual
 from .subsampling import build_subsampler
 
@@ -51,7 +52,7 @@ class SpeechEncoder(nn.Module):
         super().__init__()
         self.subsampler = build_subsampler(subsampler, input_dim, cfg, conv_channels, tr_stride)
         self.positions = positions
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = LeanDropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(layer_type, cfg) for _ in range(layers))
         self.final_norm = nn.LayerNorm(cfg.dim)
         self.intermediate_every = intermediate_every

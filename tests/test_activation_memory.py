@@ -1,0 +1,91 @@
+"""What training keeps for the backward pass: one-byte dropout masks, and the local attention's blocks and the causal
+SSM's convolution recomputed (activation checkpointing), each with the gradients of the plain autograd path."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ssm_fairseq.modules import causal_ssm, local_attention
+from ssm_fairseq.modules.causal_ssm import CausalSSM
+from ssm_fairseq.modules.dropout import LeanDropout
+from ssm_fairseq.modules.local_attention import LocalAttention
+
+
+def kept_for_backward(run) -> list[torch.Tensor]:
+    """The distinct storages (as tensors) that autograd keeps while ``run()`` builds its graph."""
+    kept = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return list(kept.values())
+
+
+def activation_bytes(kept: list[torch.Tensor], module: nn.Module) -> int:
+    """Bytes of the kept storages that are not ``module``'s parameters."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    return sum(t.untyped_storage().nbytes() for t in kept if t.untyped_storage().data_ptr() not in params)
+
+
+def gradients(module: nn.Module, x: torch.Tensor, seed: int, **kwargs) -> list[torch.Tensor]:
+    torch.manual_seed(seed)
+    y = module(x, **kwargs)
+    return torch.autograd.grad((y * torch.randn_like(y)).sum(), [x, *module.parameters()])
+
+
+def without_checkpointing(monkeypatch, module) -> None:
+    """Make ``module``'s ``checkpoint`` call its function directly: the plain autograd path."""
+    monkeypatch.setattr(module, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
+
+
+def test_lean_dropout_is_dropout_with_a_one_byte_mask():
+    torch.manual_seed(0)
+    dropout = LeanDropout(0.3).train()
+    x = torch.rand(64, 50, dtype=torch.float64) + 0.5  # no zeros: the output's zeros are the dropped units
+    x.requires_grad_(True)
+    kept = kept_for_backward(lambda: dropout(x).backward(torch.full_like(x, 2.0)))
+    assert [t.dtype for t in kept] == [torch.bool]
+    y = dropout(x)
+    keep = y != 0
+    torch.testing.assert_close(y, x * keep / 0.7, atol=1e-12, rtol=0)
+    x.grad = None
+    y.backward(torch.full_like(x, 2.0))
+    torch.testing.assert_close(x.grad, 2.0 * keep.double() / 0.7, atol=1e-12, rtol=0)
+    assert 0.6 < keep.double().mean() < 0.8
+    dropout.eval()
+    assert torch.equal(dropout(x), x)
+
+
+def test_local_attention_keeps_only_its_projections_and_recomputes_the_same_gradients(monkeypatch):
+    """Training keeps the ``q, k, v`` projection (and the input it reads), not the blocks of keys copied into
+    several spans; attention dropout is drawn again identically in the recomputation."""
+    L, D = 64, 8
+    att = LocalAttention(D, 2, 8, mode="window", causal=True, dropout=0.3).double().train()
+    x = torch.randn(2, L, D, dtype=torch.float64, requires_grad=True)
+    kept = kept_for_backward(lambda: att(x))
+    assert activation_bytes(kept, att) == x.numel() * 8 * (1 + 3 + 1)  # input, q k v, attention output
+    checkpointed = gradients(att, x, seed=1)
+    without_checkpointing(monkeypatch, local_attention)
+    for got, want in zip(checkpointed, gradients(att, x, seed=1)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("ssm", ["s4", "mssm"])
+def test_causal_ssm_keeps_its_input_and_output_and_recomputes_the_same_gradients(monkeypatch, ssm):
+    """Training keeps ``x`` and ``GELU(SSM(x))`` (the output linear's input), not the kernel generation's or the FFT
+    convolution's intermediates."""
+    torch.manual_seed(0)
+    layer = CausalSSM(8, ssm, state_size=4, l_max=32).double().train()
+    x = torch.randn(2, 32, 8, dtype=torch.float64, requires_grad=True)
+    pad = torch.zeros(2, 32, dtype=torch.bool)
+    pad[1, 20:] = True
+    kept = kept_for_backward(lambda: layer(x, pad))
+    assert activation_bytes([t for t in kept if t.dtype != torch.bool], layer) == 2 * x.numel() * 8
+    checkpointed = gradients(layer, x, seed=1, padding_mask=pad)
+    without_checkpointing(monkeypatch, causal_ssm)
+    for got, want in zip(checkpointed, gradients(layer, x, seed=1, padding_mask=pad)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
