@@ -1,15 +1,15 @@
-"""What training keeps for the backward pass: one-byte dropout masks, and the local attention's blocks and the causal
-SSM's convolution recomputed (activation checkpointing), each with the gradients of the plain autograd path."""
+"""What training keeps for the backward pass: one-byte dropout masks, and the local attention's blocks and SPADE's SSM
+branch recomputed (activation checkpointing), each with the gradients of the plain autograd path."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
-from ssm_fairseq.modules import causal_ssm, local_attention
-from ssm_fairseq.modules.causal_ssm import CausalSSM
+from ssm_fairseq.modules import local_attention, spade_layer
 from ssm_fairseq.modules.dropout import LeanDropout
 from ssm_fairseq.modules.local_attention import LocalAttention
+from ssm_fairseq.modules.spade_layer import SpadeLayer
 
 
 def kept_for_backward(run) -> list[torch.Tensor]:
@@ -74,18 +74,32 @@ def test_local_attention_keeps_only_its_projections_and_recomputes_the_same_grad
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("ssm", ["s4", "mssm"])
-def test_causal_ssm_keeps_its_input_and_output_and_recomputes_the_same_gradients(monkeypatch, ssm):
-    """Training keeps ``x`` and ``GELU(SSM(x))`` (the output linear's input), not the kernel generation's or the FFT
-    convolution's intermediates."""
+def test_spade_global_layer_keeps_nothing_of_its_ssm_branch_and_recomputes_the_same_gradients(monkeypatch, causal,
+                                                                                             ssm):
+    """The SSM branch ``LN(SSM(h))`` of a global layer keeps nothing for the backward pass (not the kernel
+    generation's or the FFT convolution's intermediates): it runs again there, with the same gradients."""
     torch.manual_seed(0)
-    layer = CausalSSM(8, ssm, state_size=4, l_max=32).double().train()
+    layer = SpadeLayer(8, 16, 2, 4, causal=causal, ssm=ssm, ssm_state_size=4, l_max=32, ssm_heads=2,
+                       dropout=0.2).double().train()
     x = torch.randn(2, 32, 8, dtype=torch.float64, requires_grad=True)
     pad = torch.zeros(2, 32, dtype=torch.bool)
     pad[1, 20:] = True
-    kept = kept_for_backward(lambda: layer(x, pad))
-    assert activation_bytes([t for t in kept if t.dtype != torch.bool], layer) == 2 * x.numel() * 8
+    inside, saved_inside = [], []  # modules of the branch being run; what was kept meanwhile
+    for module in [*layer.ssm.modules(), layer.ssm_out_norm]:
+        module.register_forward_pre_hook(lambda *_: inside.append(1))
+        module.register_forward_hook(lambda *_: (inside.pop(), None)[1])
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if inside:
+            saved_inside.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x, pad)
+    assert saved_inside == []
     checkpointed = gradients(layer, x, seed=1, padding_mask=pad)
-    without_checkpointing(monkeypatch, causal_ssm)
+    without_checkpointing(monkeypatch, spade_layer)
     for got, want in zip(checkpointed, gradients(layer, x, seed=1, padding_mask=pad)):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -1,15 +1,8 @@
-"""A causal SSM sub-layer with a step mode, for decoders: ``Linear(GELU(SSM(x)))``.
-
-In training, ``GELU(SSM(x))`` is recomputed in the backward pass (activation checkpointing): its kernel generation
-and FFT convolution would otherwise keep their intermediates, several times ``B x L x D`` (the kernel's Cauchy sums,
-the input's spectrum, GELU's input), where the checkpoint keeps only ``x``, which the layer keeps anyway.
-"""
+"""A causal SSM sub-layer with a step mode, for decoders: ``Linear(GELU(SSM(x)))``."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from ..ssm import DSSKernel, MSSMKernel, S4DKernel, S4Kernel, fft_conv
 
@@ -46,14 +39,9 @@ class CausalSSM(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded positions."""
-        if torch.is_grad_enabled():
-            return self.out_proj(checkpoint(self._activated_convolution, x, padding_mask, use_reentrant=False))
-        return self.out_proj(self._activated_convolution(x, padding_mask))
-
-    def _activated_convolution(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
-        """``GELU(SSM(x))``: ``B x L x D``."""
         K, D = self.kernel(x.shape[1])
-        return F.gelu(fft_conv(x.transpose(1, 2), K, D, padding_mask)[:, 0]).transpose(1, 2)
+        y = fft_conv(x.transpose(1, 2), K, D, padding_mask)[:, 0]  # B x D x L
+        return self.out_proj(F.gelu(y).transpose(1, 2))
 
     def step(self, x: Tensor, cache: dict) -> Tensor:
         """``x``: ``B x n x D``, the next ``n`` positions; ``cache``: a dict, ``{}`` at the start of a sequence.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .bidirectional_ssm import BidirectionalSSM
 from .causal_ssm import CausalSSM
@@ -108,17 +109,25 @@ class SpadeLayer(nn.Module):
         local = self.attention(h, padding_mask, None if cache is None else cache.setdefault("attention", {}),
                                position_bias)
         if self.ssm is not None:
-            if cache is None:
-                g = self.ssm(h, padding_mask)
+            if cache is not None:
+                g = self.ssm_out_norm(self.ssm.step(h, cache.setdefault("ssm", {})))
+            elif torch.is_grad_enabled():
+                g = checkpoint(self._ssm_branch, h, padding_mask, use_reentrant=False)
             else:
-                g = self.ssm.step(h, cache.setdefault("ssm", {}))
-            local = self.merge(torch.cat([self.local_out_norm(local), self.ssm_out_norm(g)], dim=-1))
+                g = self._ssm_branch(h, padding_mask)
+            local = self.merge(torch.cat([self.local_out_norm(local), g], dim=-1))
         x = self._residual(x, local, self.attention_norm)
         if self.cross_attention is not None:
             c = self.cross_attention(self._input(x, self.cross_norm), encoder_out, encoder_padding_mask,
                                      None if cache is None else cache.setdefault("cross", {}))
             x = self._residual(x, c, self.cross_norm)
         return self._residual(x, self.ffn(self._input(x, self.ffn_norm)), self.ffn_norm)
+
+    def _ssm_branch(self, h: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """``LN(SSM(h))``: ``B x L x D``. In training it runs again in the backward pass (activation checkpointing),
+        so that only ``h``, which the attention keeps anyway, is kept for it: not the kernel generation's
+        intermediates, the FFT convolution's spectra or the activations (several times ``B x L x D``)."""
+        return self.ssm_out_norm(self.ssm(h, padding_mask))
 
     def _input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
         """What a sub-layer reads: ``LN(x)`` before it (pre-norm) or ``x`` itself (post-norm)."""
