@@ -70,9 +70,10 @@ def run_pieces(att: LocalAttention, x: Tensor, pieces: list[int], cache: dict | 
         outs.append(att(x[:, start : start + n], cache=cache))
         start += n
         assert cache["pos"] == offset + start
-        assert cache["k"].shape[2] <= att.window and cache["v"].shape == cache["k"].shape
+        k, v = att.keys_and_values(cache)
+        assert k.shape[2] <= att.window and v.shape == k.shape
         if att.mode == "chunk":
-            assert cache["k"].shape[2] == cache["pos"] % att.window
+            assert k.shape[2] == cache["pos"] % att.window
     return torch.cat(outs, 1)
 
 

@@ -4,7 +4,13 @@ import torch
 from kernel_cases import KERNEL_CASES, make_kernel
 from ssm_fairseq.ssm import fft_conv
 from ssm_fairseq.ssm.discretization import bilinear_dense, bilinear_low_rank
-from ssm_fairseq.ssm.recurrence import DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
+from ssm_fairseq.ssm.recurrence import (
+    ConjugatePairRecurrence,
+    DenseRecurrence,
+    DiagonalRecurrence,
+    LowRankRecurrence,
+    Recurrence,
+)
 
 TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4}
 # Kernels whose definition depends on the length L they are computed for: S4's kernel is built for l_max (its C is
@@ -139,3 +145,18 @@ def test_low_rank_steps_equal_dense_steps():
     y_low_rank, state_low_rank = low_rank.chunk(u, low_rank.initial_state(2))
     torch.testing.assert_close(y_low_rank, y_dense, atol=1e-10, rtol=0)
     torch.testing.assert_close(state_low_rank, state_dense, atol=1e-10, rtol=0)
+
+
+def test_conjugate_pair_steps_equal_the_full_state_steps():
+    """On a system whose states come in conjugate pairs, driven by real inputs, stepping one state of each pair gives
+    the full state's outputs, and its state is the full state's first half."""
+    Lambda, P, B, C, D, dt = random_low_rank_system(N=4)
+    pairs = lambda x: torch.cat([x, x.conj()], -1)  # noqa: E731
+    system = (*bilinear_low_rank(pairs(Lambda), pairs(P), pairs(B), dt), pairs(C), D)
+    full, half = LowRankRecurrence(*system), ConjugatePairRecurrence(*system)
+    u = torch.randn(2, len(dt), 20, dtype=torch.float64)
+    y_full, state_full = full.chunk(u, full.initial_state(2))
+    y_half, state_half = half.chunk(u, half.initial_state(2))
+    assert state_half.shape == (2, len(dt), 4)
+    torch.testing.assert_close(y_half, y_full, atol=1e-10, rtol=0)
+    torch.testing.assert_close(state_half, state_full[..., :4], atol=1e-10, rtol=0)

@@ -6,7 +6,9 @@
 2. Generation: per-token latency with a context of 512, 2k and 8k tokens, both through fairseq's incremental
    decoding (SPADE: S4 in step mode and the window cache; transformer_lm: its key/value cache). The context is
    fed first (SPADE in one call, transformer_lm token by token, which is what its decoder supports), then the
-   median latency of the next ``--new-tokens`` single-token steps is reported (robust to a busy machine's spikes).
+   two models generate the next ``--new-tokens`` tokens in one process, a step of one after a step of the other,
+   and the median latency of each one's single-token steps is reported (robust to a busy machine's spikes and to
+   the spread between processes).
 
 Both models: ``--layers`` layers of ``--width`` (FFN 4x, ``--heads`` heads), vocabulary ``--vocab`` with a plain
 softmax; SPADE has its frozen S4-LegS global layer at the bottom and window ``--window``. Time and memory are
@@ -67,23 +69,28 @@ def training_run(model_name: str, args: argparse.Namespace):
 
 
 @torch.no_grad()
-def generation_latency(model_name: str, args: argparse.Namespace) -> dict:
-    model = build(model_name, args, args.length + args.new_tokens + 1).eval()
+def generation_latency(args: argparse.Namespace) -> dict:
+    """Median ms per new token of both models, their steps interleaved in this one process (the spread between
+    processes on a shared machine is larger than the difference measured)."""
     tokens = torch.randint(4, args.vocab, (1, args.length + args.new_tokens), device=args.device)
-    state: dict = {}
-    if model_name == "spade":
-        model.decoder(tokens[:, : args.length], incremental_state=state)
-    else:
-        for end in range(1, args.length + 1):
-            model.decoder(tokens[:, :end], incremental_state=state)
-    step_seconds = []
+    models, states = {}, {}
+    for name in ("spade", "transformer_lm"):
+        models[name] = build(name, args, args.length + args.new_tokens + 1).eval()
+        states[name] = {}
+        if name == "spade":
+            models[name].decoder(tokens[:, : args.length], incremental_state=states[name])
+        else:
+            for end in range(1, args.length + 1):
+                models[name].decoder(tokens[:, :end], incremental_state=states[name])
+    step_seconds = {name: [] for name in models}
     for end in range(args.length + 1, args.length + args.new_tokens + 1):
-        start = time.perf_counter()
-        model.decoder(tokens[:, :end], incremental_state=state)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        step_seconds.append(time.perf_counter() - start)
-    return {"ms_per_token": 1e3 * statistics.median(step_seconds)}
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.decoder(tokens[:, :end], incremental_state=states[name])
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            step_seconds[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(seconds) for name, seconds in step_seconds.items()}
 
 
 def main() -> None:
@@ -97,7 +104,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--window", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
     add_measurement_arguments(parser, repeats=2, whats=("time", "memory", "generation"))
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -107,7 +114,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.model:
         if args.what == "generation":
-            print(json.dumps(generation_latency(args.model, args)))
+            print(json.dumps(generation_latency(args)))
         else:
             print(json.dumps(measure(training_run(args.model, args), args.device, args.repeats, args.what)))
         return
@@ -133,8 +140,7 @@ def main() -> None:
         print("| context | SPADE ms/token | transformer_lm ms/token | speed-up |")
         print("|---|---|---|---|")
     for L in args.contexts:
-        r = {m: child(__file__, ["--what", "generation", "--model", m, "--length", str(L), *common])["ms_per_token"]
-             for m in ("spade", "transformer_lm")}
+        r = child(__file__, ["--what", "generation", "--model", "both", "--length", str(L), *common])
         print(f"| {L} | {r['spade']:.2f} | {r['transformer_lm']:.2f} | {r['transformer_lm'] / r['spade']:.2f}x |",
               flush=True)
 

@@ -32,6 +32,8 @@ class LeanDropout(nn.Dropout):
     """``nn.Dropout`` (any shape, ``p`` the drop probability) whose backward pass keeps a one-byte mask on a CPU."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if not self.training:  # what nn.Dropout returns, without its call
+            return x
         lean = self.training and 0 < self.p < 1 and x.device.type == "cpu" and torch.is_grad_enabled()
         if not lean or not x.requires_grad or self.inplace:
             return super().forward(x)

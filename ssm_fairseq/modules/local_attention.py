@@ -26,8 +26,8 @@ class LocalAttention(nn.Module):
     so scores and masks are ``B x H x nb x window x c*window``: ``O(B * heads * L * window)``, never ``L x L``.
     In training the blocks (each key copied into ``c`` spans) are formed again in the backward pass (activation
     checkpointing), which keeps only ``q``, ``k`` and ``v`` for it.
-    Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (``O(B * D * window)``)
-    and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
+    Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (in a buffer of twice that,
+    ``O(B * D * window)``) and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
     """
 
     def __init__(
@@ -57,7 +57,8 @@ class LocalAttention(nn.Module):
         if cache is not None and key_padding_mask is not None:
             raise ValueError("key_padding_mask is not supported together with cache")
         B, n, D = x.shape
-        q, k, v = self.qkv(x).view(B, n, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).view(B, n, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x B x H x n x hd
+        q, k, v = qkv
         if cache is None:
             key_ok = None if key_padding_mask is None else ~key_padding_mask
             if torch.is_grad_enabled():  # the backward pass re-forms the blocks: keep only q, k, v
@@ -65,7 +66,7 @@ class LocalAttention(nn.Module):
             else:
                 y = self._attend(q, k, v, key_ok, position_bias)
         else:
-            y = self._attend_cached(q, k, v, cache, position_bias)
+            y = self._attend_cached(q, qkv[1:].transpose(0, 1), cache, position_bias)
         return self.out_proj(y.transpose(1, 2).reshape(B, n, D))
 
     def _distances(self, span: int, device: torch.device) -> Tensor:
@@ -116,29 +117,50 @@ class LocalAttention(nn.Module):
         )  # (B nb) x H x w x hd
         return y.unflatten(0, (B, nb)).transpose(1, 2).reshape(B, H, nb * w, hd)[:, :, :L]
 
-    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: dict,
-                       position_bias: nn.Module | None = None) -> Tensor:
-        """Attend ``n`` new tokens (``B x H x n x hd``) over cached + new keys; update ``cache`` in place.
+    def _attend_cached(self, q: Tensor, kv: Tensor, cache: dict, position_bias: nn.Module | None = None) -> Tensor:
+        """Attend ``n`` new tokens (queries ``B x H x n x hd``, keys and values ``B x 2 x H x n x hd``) over cached +
+        new keys; update ``cache`` in place.
 
         The cached keys start at a chunk boundary (chunk mode), so prepending them and left-padding the
         queries by as many dummy rows aligns everything for :meth:`_attend`.
         """
-        m = cache["k"].shape[2] if "k" in cache else 0
-        if m:
-            k = torch.cat([cache["k"], k], 2)
-            v = torch.cat([cache["v"], v], 2)
+        m = cache.get("length", 0)
+        k, v = self._extend_cache(cache, kv) if m else kv.unbind(1)
         if q.shape[2] <= self.window:
             y = self._attend_recent(q, k, v, position_bias)
         else:
             y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
-        pos = cache.get("pos", 0) + q.shape[2]
-        keep = min(self.window, k.shape[2]) if self.mode == "window" else pos % self.window
-        start = k.shape[2] - keep
-        if m:  # k and v are the fresh tensors of torch.cat: keep views of their tails
-            cache.update(k=k[:, :, start:], v=v[:, :, start:], pos=pos)
-        else:  # views into the projection of all n tokens: copy the few kept
-            cache.update(k=k[:, :, start:].clone(), v=v[:, :, start:].clone(), pos=pos)
+        cache["pos"] = cache.get("pos", 0) + q.shape[2]
+        keep = min(self.window, k.shape[2]) if self.mode == "window" else cache["pos"] % self.window
+        if m:
+            cache["length"] = keep
+        else:  # the first tokens: a buffer of the kept tail, with room for the next window's keys
+            B, H, _, hd = k.shape
+            cache.update(kv=k.new_empty(B, 2, H, keep + self.window, hd), end=0, length=0)
+            self._extend_cache(cache, kv[:, :, :, kv.shape[3] - keep:])
         return y
+
+    def keys_and_values(self, cache: dict) -> tuple[Tensor, Tensor]:
+        """The cached keys and values: ``B x H x m x hd`` each (``m <= window``), views into the cache's buffer."""
+        return cache["kv"][:, :, :, cache["end"] - cache["length"]:cache["end"]].unbind(1)
+
+    def _extend_cache(self, cache: dict, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``n`` new keys and values (``B x 2 x H x n x hd``) after the ``m`` cached ones and return all
+        ``m + n`` keys and values (``B x H x (m + n) x hd``, views into the buffer ``cache["kv"]``, ``B x 2 x H x
+        capacity x hd``).
+
+        A token costs one write of its own key and value; when the buffer is full, the cached keys move to the
+        front of a buffer with room for ``window`` more (``O(window)`` once per ``window`` tokens), where
+        concatenating at each token would copy all ``m`` cached keys every time.
+        """
+        buffer, end, m, n = cache["kv"], cache["end"], cache["length"], kv.shape[3]
+        if end + n > buffer.shape[3]:
+            moved = buffer.new_empty(*buffer.shape[:3], m + n + self.window, buffer.shape[4])
+            moved[:, :, :, :m] = buffer[:, :, :, end - m:end]
+            buffer, end = moved, m
+        buffer[:, :, :, end:end + n] = kv
+        cache.update(kv=buffer, end=end + n, length=m + n)
+        return buffer[:, :, :, end - m:end + n].unbind(1)
 
     def _attend_recent(self, q: Tensor, k: Tensor, v: Tensor, position_bias: nn.Module | None = None) -> Tensor:
         """The last ``n`` positions' queries (``B x H x n x hd``, ``n <= window``) over all ``m + n`` keys given

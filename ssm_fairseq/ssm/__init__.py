@@ -6,7 +6,7 @@ from .dss import DSSKernel
 from .fft_conv import bidirectional_fft_conv, fft_conv
 from .kernel import SSMKernel, SSMMatrices
 from .mssm_kernel import MSSMKernel
-from .recurrence import DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
+from .recurrence import ConjugatePairRecurrence, DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
 from .s4 import S4Kernel
 from .s4d import S4DKernel
 
@@ -14,6 +14,7 @@ KERNELS = {"s4": S4Kernel, "s4d": S4DKernel, "dss": DSSKernel, "mssm": MSSMKerne
 
 __all__ = [
     "KERNELS",
+    "ConjugatePairRecurrence",
     "DSSKernel",
     "DenseRecurrence",
     "LowRankRecurrence",

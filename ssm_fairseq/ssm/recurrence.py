@@ -38,6 +38,9 @@ class Recurrence(abc.ABC):
     def chunk(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """Steps over ``u``: ``B x H x L`` from ``state``; returns ``y``: ``B x C x H x L`` and the last state."""
         check_input(u, self.channels)
+        if u.shape[-1] == 1:  # a generated token: no stacking
+            y, state = self.step(u[..., 0], state)
+            return y.unsqueeze(-1), state
         ys = []
         for k in range(u.shape[-1]):
             y, state = self.step(u[..., k], state)
@@ -182,4 +185,28 @@ class LowRankRecurrence(Recurrence):
         for U, V_conj in zip(self.U, self.V_conj):  # elementwise products: batched complex GEMVs this small are slower
             new_state = new_state + U * torch.linalg.vecdot(V_conj, state).unsqueeze(-1)
         y = torch.linalg.vecdot(self.dC_conj, new_state.unsqueeze(1)).real + self.D * u.unsqueeze(1)
+        return y, new_state
+
+
+class ConjugatePairRecurrence(LowRankRecurrence):
+    """``LowRankRecurrence`` of a system whose states come in conjugate pairs (state ``n + N/2`` is the conjugate of
+    state ``n`` in ``g``, ``U``, ``V``, ``dB`` and ``dC``), driven by real inputs, as S4's is: from the zero state the
+    second half of the state stays the conjugate of the first, so only the first half is kept and stepped, half the
+    work of the full state. A sum over both halves is twice the real part of the sum over one:
+    ``V . x = 2 Re(V_half . x_half)``, and so is the output.
+
+    Args: the full system, as for ``LowRankRecurrence`` (``N`` even); the first half of each is kept. States are
+    ``B x H x N/2``.
+    """
+
+    def __init__(self, g: Tensor, U: Tensor, V: Tensor, dB: Tensor, dC: Tensor, D: Tensor):
+        half = g.shape[-1] // 2
+        super().__init__(g[..., :half], U[..., :half], V[..., :half], dB[..., :half], dC[..., :half], D)
+
+    def step(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_step(u, state)
+        u = u.to(self.D.dtype)
+        coupling = 2 * torch.linalg.vecdot(self.V_conj, state.unsqueeze(1)).real  # B x r x H: V_k . x, real
+        new_state = torch.addcmul(self.g * state, self.dB, u.unsqueeze(-1)) + (self.U * coupling.unsqueeze(-1)).sum(1)
+        y = 2 * torch.linalg.vecdot(self.dC_conj, new_state.unsqueeze(1)).real + self.D * u.unsqueeze(1)
         return y, new_state

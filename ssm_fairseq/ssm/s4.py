@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .discretization import bilinear_dense, bilinear_low_rank
 from .hippo import legs_nplr
 from .kernel import SSMKernel
-from .recurrence import LowRankRecurrence
+from .recurrence import ConjugatePairRecurrence
 from .s4d import log_uniform_dt
 from .structured_products import cauchy
 
@@ -128,11 +128,11 @@ class S4Kernel(SSMKernel):
         B = B.expand(self.channels, -1)
         return A, B, self._true_C(A, B, C_tilde, dt), dt
 
-    def recurrence(self, L: int) -> LowRankRecurrence:
-        """Step mode in ``O(H N)`` per step (diagonal plus rank two, ``bilinear_low_rank``), valid for any
-        ``L <= l_max``."""
+    def recurrence(self, L: int) -> ConjugatePairRecurrence:
+        """Step mode in ``O(H N)`` per step (diagonal plus rank two, ``bilinear_low_rank``), stepping one state of
+        each conjugate pair, valid for any ``L <= l_max``."""
         self.check_length(L)
         with torch.autocast(device_type=self.D.device.type, enabled=False):
             A, B, C, dt = self.continuous_matrices(L)
             Lambda, P = self._full_system()[:2]
-            return LowRankRecurrence(*bilinear_low_rank(Lambda, P, B, dt), C, self.real(self.D))
+            return ConjugatePairRecurrence(*bilinear_low_rank(Lambda, P, B, dt), C, self.real(self.D))
