@@ -1,12 +1,12 @@
-"""What training keeps for the backward pass: one-byte dropout masks, and the local attention's blocks and SPADE's SSM
-branch recomputed (activation checkpointing), each with the gradients of the plain autograd path."""
+"""What training on a CPU keeps for the backward pass: one-byte dropout masks, and the local attention's blocks and
+SPADE's SSM branch recomputed (activation checkpointing), each with the gradients of the plain autograd path."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
-from ssm_fairseq.modules import local_attention, spade_layer
+from ssm_fairseq.modules import recompute
 from ssm_fairseq.modules.dropout import LeanDropout
 from ssm_fairseq.modules.local_attention import LocalAttention
 from ssm_fairseq.modules.spade_layer import SpadeLayer
@@ -37,9 +37,9 @@ def gradients(module: nn.Module, x: torch.Tensor, seed: int, **kwargs) -> list[t
     return torch.autograd.grad((y * torch.randn_like(y)).sum(), [x, *module.parameters()])
 
 
-def without_checkpointing(monkeypatch, module) -> None:
-    """Make ``module``'s ``checkpoint`` call its function directly: the plain autograd path."""
-    monkeypatch.setattr(module, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
+def without_checkpointing(monkeypatch) -> None:
+    """Make ``recompute``'s ``checkpoint`` call its function directly: the plain autograd path."""
+    monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
 
 
 def test_lean_dropout_is_dropout_with_a_one_byte_mask():
@@ -69,7 +69,7 @@ def test_local_attention_keeps_only_its_projections_and_recomputes_the_same_grad
     kept = kept_for_backward(lambda: att(x))
     assert activation_bytes(kept, att) == x.numel() * 8 * (1 + 3 + 1)  # input, q k v, attention output
     checkpointed = gradients(att, x, seed=1)
-    without_checkpointing(monkeypatch, local_attention)
+    without_checkpointing(monkeypatch)
     for got, want in zip(checkpointed, gradients(att, x, seed=1)):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
@@ -100,6 +100,6 @@ def test_spade_global_layer_keeps_nothing_of_its_ssm_branch_and_recomputes_the_s
         layer(x, pad)
     assert saved_inside == []
     checkpointed = gradients(layer, x, seed=1, padding_mask=pad)
-    without_checkpointing(monkeypatch, spade_layer)
+    without_checkpointing(monkeypatch)
     for got, want in zip(checkpointed, gradients(layer, x, seed=1, padding_mask=pad)):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -34,7 +34,7 @@ class LeanDropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training:  # what nn.Dropout returns, without its call
             return x
-        lean = self.training and 0 < self.p < 1 and x.device.type == "cpu" and torch.is_grad_enabled()
-        if not lean or not x.requires_grad or self.inplace:
-            return super().forward(x)
-        return _MaskedScale.apply(x, self.p)
+        lean = 0 < self.p < 1 and not self.inplace and x.device.type == "cpu"
+        if lean and torch.is_grad_enabled() and x.requires_grad:
+            return _MaskedScale.apply(x, self.p)
+        return super().forward(x)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+
+from .recompute import recomputed
 
 MODES = ("window", "chunk")
 
@@ -24,8 +25,8 @@ class LocalAttention(nn.Module):
     Memory: the sequence is split into ``nb = ceil(L / window)`` blocks of ``window`` queries, each scored only
     against a span of ``c * window`` keys (``c`` = 3 for bidirectional window, 2 for causal window, 1 for chunk),
     so scores and masks are ``B x H x nb x window x c*window``: ``O(B * heads * L * window)``, never ``L x L``.
-    In training the blocks (each key copied into ``c`` spans) are formed again in the backward pass (activation
-    checkpointing), which keeps only ``q``, ``k`` and ``v`` for it.
+    In training on a CPU the blocks (each key copied into ``c`` spans) are formed again in the backward pass
+    (``recompute.recomputed``), which keeps only ``q``, ``k`` and ``v`` for it.
     Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (in a buffer of twice that,
     ``O(B * D * window)``) and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
     """
@@ -61,10 +62,7 @@ class LocalAttention(nn.Module):
         q, k, v = qkv
         if cache is None:
             key_ok = None if key_padding_mask is None else ~key_padding_mask
-            if torch.is_grad_enabled():  # the backward pass re-forms the blocks: keep only q, k, v
-                y = checkpoint(self._attend, q, k, v, key_ok, position_bias, use_reentrant=False)
-            else:
-                y = self._attend(q, k, v, key_ok, position_bias)
+            y = recomputed(self._attend, q, k, v, key_ok, position_bias)  # on a CPU keeps only q, k, v
         else:
             y = self._attend_cached(q, qkv[1:].transpose(0, 1), cache, position_bias)
         return self.out_proj(y.transpose(1, 2).reshape(B, n, D))
@@ -127,7 +125,7 @@ class LocalAttention(nn.Module):
         m = cache.get("length", 0)
         k, v = self._extend_cache(cache, kv) if m else kv.unbind(1)
         if q.shape[2] <= self.window:
-            y = self._attend_recent(q, k, v, position_bias)
+            y = self._attend_recent(q, k, v, position_bias, cache)
         else:
             y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
         cache["pos"] = cache.get("pos", 0) + q.shape[2]
@@ -162,16 +160,22 @@ class LocalAttention(nn.Module):
         cache.update(kv=buffer, end=end + n, length=m + n)
         return buffer[:, :, :, end - m:end + n].unbind(1)
 
-    def _attend_recent(self, q: Tensor, k: Tensor, v: Tensor, position_bias: nn.Module | None = None) -> Tensor:
+    def _attend_recent(self, q: Tensor, k: Tensor, v: Tensor, position_bias: nn.Module | None = None,
+                       cache: dict | None = None) -> Tensor:
         """The last ``n`` positions' queries (``B x H x n x hd``, ``n <= window``) over all ``m + n`` keys given
         (``B x H x (m + n) x hd``, the cache's and the new ones), scored as one ``n x (m + n)`` matrix: a generated
         token costs ``O(window)``, where the blocks of ``_attend`` would score ``window x 2 window``.
 
         The cache holds only keys a next token may attend (the last ``window``, or its chunk's), so a single query
-        needs no mask."""
+        needs no mask. The mask (with the position bias) depends only on ``n`` and ``m + n``: without autograd it is
+        kept in ``cache`` and reused while they stay the same, as they do token after token once the window is
+        full."""
         n, total = q.shape[2], k.shape[2]
         mask = None
-        if n > 1 or position_bias is not None:
+        reusable = cache is not None and not torch.is_grad_enabled()
+        if reusable and cache.get("recent_mask", (None,))[0] == (n, total):
+            mask = cache["recent_mask"][1]
+        elif n > 1 or position_bias is not None:
             i = torch.arange(total - n, total, device=q.device)[:, None]
             j = torch.arange(total, device=q.device)[None, :]
             dist = i - j  # n x (m + n)
@@ -179,6 +183,8 @@ class LocalAttention(nn.Module):
             mask = (dist >= 0) & same_span  # every row holds its own position
             if position_bias is not None:
                 mask = self._biased(mask, position_bias(-dist).to(q.dtype))  # heads x n x (m + n)
+            if reusable:  # a tuple: the batch reordering of beam search passes it by (it has no batch dimension)
+                cache["recent_mask"] = (n, total), mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               dropout_p=self.dropout if self.training else 0.0)
 

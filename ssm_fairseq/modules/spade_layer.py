@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from .bidirectional_ssm import BidirectionalSSM
 from .causal_ssm import CausalSSM
@@ -33,6 +32,7 @@ from .cross_attention import CrossAttention
 from .dropout import LeanDropout
 from .feed_forward import FeedForward
 from .local_attention import LocalAttention
+from .recompute import recomputed
 
 BIDIRECTIONAL_SSMS = ("s4", "mssm")
 
@@ -109,12 +109,10 @@ class SpadeLayer(nn.Module):
         local = self.attention(h, padding_mask, None if cache is None else cache.setdefault("attention", {}),
                                position_bias)
         if self.ssm is not None:
-            if cache is not None:
-                g = self.ssm_out_norm(self.ssm.step(h, cache.setdefault("ssm", {})))
-            elif torch.is_grad_enabled():
-                g = checkpoint(self._ssm_branch, h, padding_mask, use_reentrant=False)
+            if cache is None:
+                g = recomputed(self._ssm_branch, h, padding_mask)
             else:
-                g = self._ssm_branch(h, padding_mask)
+                g = self.ssm_out_norm(self.ssm.step(h, cache.setdefault("ssm", {})))
             local = self.merge(torch.cat([self.local_out_norm(local), g], dim=-1))
         x = self._residual(x, local, self.attention_norm)
         if self.cross_attention is not None:
@@ -124,9 +122,10 @@ class SpadeLayer(nn.Module):
         return self._residual(x, self.ffn(self._input(x, self.ffn_norm)), self.ffn_norm)
 
     def _ssm_branch(self, h: Tensor, padding_mask: Tensor | None) -> Tensor:
-        """``LN(SSM(h))``: ``B x L x D``. In training it runs again in the backward pass (activation checkpointing),
-        so that only ``h``, which the attention keeps anyway, is kept for it: not the kernel generation's
-        intermediates, the FFT convolution's spectra or the activations (several times ``B x L x D``)."""
+        """``LN(SSM(h))``: ``B x L x D``. In training on a CPU it runs again in the backward pass
+        (``recompute.recomputed``), so that only ``h``, which the attention keeps anyway, is kept for it: not the
+        kernel generation's intermediates, the FFT convolution's spectra or the activations (several times
+        ``B x L x D``)."""
         return self.ssm_out_norm(self.ssm(h, padding_mask))
 
     def _input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
