@@ -4,8 +4,9 @@
 A sliding-window encoder of ``n`` layers with ``w`` keys on each side sees at most ``n x w`` tokens either way of
 a masked position; an MSSM encoder sees the whole sequence. A masked token whose word is also visible elsewhere in
 the same sequence can be copied from there, but by the window model only if that occurrence is within its reach.
-This script scores a split as ``fairseq-validate`` does (the checkpoint's ``masked_lm`` task, blocks and masks:
-the same seed, so the same masked tokens and, over all tokens, the same perplexity) and groups every masked
+This script scores a split as ``fairseq-validate --seed N`` does (the checkpoint's ``masked_lm`` task and blocks,
+the masks drawn with ``--seed``, default 1, whatever seed the model trained with: the same masked tokens for every
+checkpoint and, over all tokens, the same perplexity as ``fairseq-validate`` with that seed) and groups every masked
 token by its nearest visible occurrence of the same token in the model's input (masked positions show ``<mask>``
 or a random token, not the word):
 
@@ -57,14 +58,16 @@ def evidence_buckets(src_tokens: torch.Tensor, targets: torch.Tensor, pad: int, 
     return buckets
 
 
-def load(path: Path, data_bin: Path):
-    """A masked LM checkpoint (eval mode, CPU) with ``data_bin``'s data, its ``masked_lm`` task and its config."""
+def load(path: Path, data_bin: Path, seed: int):
+    """A masked LM checkpoint (eval mode, CPU) with ``data_bin``'s data, its ``masked_lm`` task (masking with
+    ``seed``) and its config."""
     from fairseq import checkpoint_utils
 
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)],
-                                                                      arg_overrides={"data": str(data_bin)})
+                                                                      arg_overrides={"data": str(data_bin),
+                                                                                     "seed": seed})
     if cfg.task._name != "masked_lm":
         raise ValueError(f"{path}: a checkpoint of task {cfg.task._name}, not masked_lm")
     return models[0].eval(), task, cfg
@@ -140,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablate-ssm", action="store_true",
                         help="also score every model with SSM sub-layers with their outputs zeroed")
     parser.add_argument("--batch-size", type=int, default=2, help="sequences per forward pass")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the masks (fairseq-validate's --seed; the same for every checkpoint)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     if args.batch_size < 1:
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
     from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
-    loaded = [(name, *load(paths[0], args.data_bin)) for name, paths in named.items()]
+    loaded = [(name, *load(paths[0], args.data_bin, args.seed)) for name, paths in named.items()]
     reach = args.reach or next((int(cfg.model.encoder_layers) * int(cfg.model.attention_window)
                                 for *_, cfg in loaded if cfg.model.encoder_layer_type == "local"), None)
     if reach is None or reach < 1:
