@@ -1,6 +1,7 @@
 """A causal SSM sub-layer with a step mode, for decoders: ``Linear(GELU(SSM(x)))``."""
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -36,6 +37,7 @@ class CausalSSM(nn.Module):
         self.kernel = build_causal_kernel(ssm, dim, state_size, l_max, frozen, heads)
         self.l_max = l_max
         self.out_proj = nn.Linear(dim, dim)
+        self._kept_recurrence: tuple | None = None  # (what the kernel was built from, its recurrence)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded positions."""
@@ -49,7 +51,21 @@ class CausalSSM(nn.Module):
         The cache holds the recurrence (built once per sequence) and the ``B x D x N`` state.
         """
         if "recurrence" not in cache:
-            cache["recurrence"] = self.kernel.recurrence(self.l_max)
+            cache["recurrence"] = self._recurrence()
             cache["state"] = cache["recurrence"].initial_state(x.shape[0]).to(x.device)
         y, cache["state"] = cache["recurrence"].chunk(x.transpose(1, 2).to(cache["state"].real.dtype), cache["state"])
         return self.out_proj(F.gelu(y[:, 0].to(x.dtype)).transpose(1, 2))
+
+    def _recurrence(self):
+        """The kernel's step mode at ``l_max``. Building it can cost more than the tokens of a short sequence (S4's
+        output matrix solves with ``dA^l_max``), so without autograd it is kept and reused by the next sequences
+        while the kernel's parameters and buffers are the same tensors, unmodified (an optimiser step or a loaded
+        state dict changes their version counters: it is then built again). With autograd every sequence builds
+        its own, so that gradients reach the parameters."""
+        if torch.is_grad_enabled():
+            return self.kernel.recurrence(self.l_max)
+        tensors = [*self.kernel.parameters(), *self.kernel.buffers()]
+        built_from = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        if self._kept_recurrence is None or self._kept_recurrence[0] != built_from:
+            self._kept_recurrence = built_from, self.kernel.recurrence(self.l_max)
+        return self._kept_recurrence[1]
