@@ -48,7 +48,8 @@ class CausalSSM(nn.Module):
     def step(self, x: Tensor, cache: dict) -> Tensor:
         """``x``: ``B x n x D``, the next ``n`` positions; ``cache``: a dict, ``{}`` at the start of a sequence.
 
-        The cache holds the recurrence (built once per sequence) and the ``B x D x N`` state.
+        The cache holds the recurrence (``_recurrence``) and the state (``B x D x N``; ``N/2`` for S4, one state of
+        each conjugate pair).
         """
         if "recurrence" not in cache:
             cache["recurrence"] = self._recurrence()
