@@ -19,9 +19,9 @@
 # exp/mlm_sample), TRAIN_ARGS / FINETUNE_ARGS / VALID_ARGS (extra arguments of fairseq-train / fairseq-train for
 # fine-tuning / fairseq-validate), SEED (default 1; of training and fine-tuning: validation always masks with seed 1,
 # so every model and seed is scored on the same masked tokens), PYTHON_BIN (directory of python and the fairseq-*
-# commands; default .venv/bin if present), and any variable of the conf file in upper case. NPROC (default 1): stages 3 and 6 train with NPROC
-# processes (one per GPU) under torchrun, each update then takes NPROC x UPDATE_FREQ batches; NNODES, NODE_RANK,
-# MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh). On CPU add
+# commands; default .venv/bin if present), and any variable of the conf file in upper case. NPROC (default 1):
+# stages 3 and 6 train with NPROC processes (one per GPU) under torchrun, each update then takes NPROC x UPDATE_FREQ
+# batches; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT for several nodes (recipes/common.sh). On CPU add
 # --cpu --distributed-backend gloo --ddp-backend legacy_ddp to TRAIN_ARGS and FINETUNE_ARGS.
 set -euo pipefail
 
