@@ -10,6 +10,8 @@ down, so time is measured in a separate interpreter without it.
 A benchmark script calls ``in_subprocess(__file__, [...])`` for each configuration; the child, started with
 ``--what time|memory`` and the given arguments, calls ``measure(run, device, repeats, what)`` and prints its
 JSON result as its last line.
+
+``interleaved_median_ms`` times the single steps of several models (one generated token each) in one process.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -101,6 +104,29 @@ def peak_memory_mib(run: Callable[[], object], device: str) -> float:
     base = _reset_peak_rss()
     run()
     return (_status_kib("VmHWM") - base) / 2**10
+
+
+def interleaved_median_ms(steps: dict[str, Callable[[int], None]], count: int, device: str,
+                          skip: int = 0) -> dict[str, float]:
+    """Median ms of each of ``steps``' calls ``step(0)`` ... ``step(count - 1)``, the first ``skip`` of them run but
+    not counted.
+
+    The steps are interleaved (``i`` of each, in order, then ``i + 1``), so that a busy machine's slow spells hit
+    them alike, and the median ignores its spikes; on CUDA each call is timed up to its synchronisation.
+    """
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(count):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step(i)
+            if cuda:
+                torch.cuda.synchronize()
+            if i >= skip:
+                seconds[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(times) for name, times in seconds.items()}
 
 
 def child(script: str, args: list[str], env: dict | None = None) -> dict:

@@ -7,8 +7,8 @@
    decoding (SPADE: S4 in step mode and the window cache; transformer_lm: its key/value cache). The context is
    fed first (SPADE in one call, transformer_lm token by token, which is what its decoder supports), then the
    two models generate the next ``--new-tokens`` tokens in one process, a step of one after a step of the other,
-   and the median latency of each one's single-token steps is reported (robust to a busy machine's spikes and to
-   the spread between processes).
+   and the median latency of each one's single-token steps, all of them, is reported (``interleaved_median_ms`` of
+   ``measurement.py``: robust to a busy machine's spikes and to the spread between processes).
 
 Both models: ``--layers`` layers of ``--width`` (FFN 4x, ``--heads`` heads), vocabulary ``--vocab`` with a plain
 softmax; SPADE has its frozen S4-LegS global layer at the bottom and window ``--window``. Time and memory are
@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +27,7 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import ssm_fairseq  # noqa: F401  (registers spade_lm)
-from measurement import add_measurement_arguments, child, in_subprocess, measure
+from measurement import add_measurement_arguments, child, in_subprocess, interleaved_median_ms, measure
 
 
 class _Task:
@@ -73,24 +72,23 @@ def generation_latency(args: argparse.Namespace) -> dict:
     """Median ms per new token of both models, their steps interleaved in this one process (the spread between
     processes on a shared machine is larger than the difference measured)."""
     tokens = torch.randint(4, args.vocab, (1, args.length + args.new_tokens), device=args.device)
-    models, states = {}, {}
-    for name in ("spade", "transformer_lm"):
-        models[name] = build(name, args, args.length + args.new_tokens + 1).eval()
-        states[name] = {}
+
+    def after_context(name: str) -> Callable[[int], None]:
+        """A ``name`` model fed the context; its step ``i`` decodes new token ``i``."""
+        model, state = build(name, args, args.length + args.new_tokens + 1).eval(), {}
         if name == "spade":
-            models[name].decoder(tokens[:, : args.length], incremental_state=states[name])
+            model.decoder(tokens[:, : args.length], incremental_state=state)
         else:
             for end in range(1, args.length + 1):
-                models[name].decoder(tokens[:, :end], incremental_state=states[name])
-    step_seconds = {name: [] for name in models}
-    for end in range(args.length + 1, args.length + args.new_tokens + 1):
-        for name, model in models.items():
-            start = time.perf_counter()
-            model.decoder(tokens[:, :end], incremental_state=states[name])
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            step_seconds[name].append(time.perf_counter() - start)
-    return {name: 1e3 * statistics.median(seconds) for name, seconds in step_seconds.items()}
+                model.decoder(tokens[:, :end], incremental_state=state)
+
+        def step(i: int) -> None:
+            model.decoder(tokens[:, : args.length + 1 + i], incremental_state=state)
+
+        return step
+
+    steps = {name: after_context(name) for name in ("spade", "transformer_lm")}
+    return interleaved_median_ms(steps, args.new_tokens, args.device)
 
 
 def main() -> None:

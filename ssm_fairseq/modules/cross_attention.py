@@ -29,7 +29,8 @@ class CrossAttention(nn.Module):
             k, v = cache["k"], cache["v"]
         else:
             k, v = self.kv_proj(memory).view(B, memory.shape[1], 2, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
-            if cache is not None:
+            if cache is not None:  # contiguous copies: fused attention reads them faster at every later step
+                k, v = k.contiguous(), v.contiguous()
                 cache.update(k=k, v=v)
         q = self.q_proj(x).view(B, n, self.heads, D // self.heads).transpose(1, 2)
         mask = None if memory_padding_mask is None else ~memory_padding_mask[:, None, None, :]
