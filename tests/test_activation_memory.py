@@ -103,3 +103,17 @@ def test_spade_global_layer_keeps_nothing_of_its_ssm_branch_and_recomputes_the_s
     without_checkpointing(monkeypatch)
     for got, want in zip(checkpointed, gradients(layer, x, seed=1, padding_mask=pad)):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_mssm_stages_keep_only_their_inputs():
+    """Each stage of the MSSM block (convolution, gating, dropout) is recomputed on a CPU: what autograd keeps is the
+    stage inputs and the linears' inputs, all ``B x L x D``, nothing ``B x C x D x L``."""
+    from ssm_fairseq.modules.bidirectional_ssm import BidirectionalSSM
+
+    torch.manual_seed(0)
+    block = BidirectionalSSM(16, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.1).train()
+    x = torch.randn(2, 50, 16, requires_grad=True)
+    kept = kept_for_backward(lambda: block(x))
+    large = [t for t in kept if t.numel() >= x.numel()]  # the rest: the kernels' H x N systems
+    # x; per direction: two stage inputs and the stage-1 output (its linear's input); the 2D concatenation (two)
+    assert sum(t.numel() for t in large) == (1 + 2 * 3 + 2) * x.numel()

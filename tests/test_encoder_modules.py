@@ -168,3 +168,29 @@ def test_zero_ssm_heads_is_refused_by_name():
         MultiHeadSSM(16, heads=0)
     with pytest.raises(ValueError, match="heads must be at least 1, got 0"):
         MSSMKernel(16, 4, heads=0)
+
+
+def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernels(monkeypatch):
+    """On CPU the MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage recomputed
+    in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding included."""
+    from ssm_fairseq.modules import recompute
+    from ssm_fairseq.ssm import batched_kernels
+    from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
+
+    torch.manual_seed(0)
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.2).double().train()
+    x = torch.randn(2, 37, 8, dtype=torch.float64, requires_grad=True)
+    padding_mask = torch.zeros(2, 37, dtype=torch.bool)
+    padding_mask[1, 20:] = True
+
+    def output_and_grads():
+        torch.manual_seed(1)  # the same dropout masks on both paths
+        y = block(x, padding_mask)
+        return [y, *torch.autograd.grad(y.square().sum(), [x, *block.parameters()])]
+
+    assert all(isinstance(k, DiagonalSystem) for k in batched_kernels.layer_kernels(list(block.forward_ssm.kernels), 37))
+    chunked = output_and_grads()
+    monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
+    monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
+    for a, b in zip(chunked, output_and_grads()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)

@@ -15,6 +15,10 @@ With ``output_linear=False`` the last stage stops after ``Act`` (the bidirection
 final Linear). ``reverse=True`` runs the SSM anti-causally, which equals ``Rev(SSM(Rev(x)))`` on each
 sequence's own length: padding never reaches a real frame in either direction.
 
+On a CPU each stage's convolution and activation run again in the backward pass (``recompute.recomputed``):
+autograd keeps the stage's ``B x L x D`` input only, not its ``B x C x D x L`` convolution output or the
+convolution's intermediates (at width 1024 and 4k tokens, 96 MiB a stage).
+
 A causal (``reverse=False``) stack also runs chunk by chunk (``step``): each kernel's recurrence carries its
 ``B x D x N`` state from one chunk to the next, so a stream of any length costs the same per frame and gives the
 outputs of ``forward`` over the whole stream.
@@ -24,9 +28,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ssm import MSSMKernel, S4Kernel, fft_conv
-from ..ssm.batched_kernels import layer_kernels
+from ..ssm import MSSMKernel, S4Kernel
+from ..ssm.batched_kernels import convolve, layer_kernels
 from .dropout import LeanDropout
+from .recompute import recomputed
 
 GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
 
@@ -101,21 +106,24 @@ class MultiHeadSSM(nn.Module):
         y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
         return F.glu(y, dim=2).reshape(B, D, L)
 
-    def forward(self, x: Tensor, padding_mask: Tensor | None = None,
-                kernels: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
+    def _stage(self, x: Tensor, kernel, padding_mask: Tensor | None) -> Tensor:
+        """``Dropout(Act(SSM(x)))`` of one stage: ``B x L x D -> B x L x D``."""
+        y = convolve(x.transpose(1, 2), kernel, padding_mask, reverse=self.reverse)
+        return self.dropout(self.activate(y)).transpose(1, 2)
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kernels: list | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
 
-        ``kernels``: each stage's ``(K, D)`` at length ``L`` if the caller generated them (``BidirectionalSSM``
-        generates both directions' kernels, in one call on a GPU); by default ``batched_kernels.layer_kernels`` does.
+        ``kernels``: each stage's ``batched_kernels.layer_kernels`` result at length ``L`` if the caller has them
+        (``BidirectionalSSM`` gets both directions' at once, in one call on a GPU); by default this stack gets its own.
         """
         if self.in_proj is not None:
             x = self.in_proj(x)
         L = x.shape[1]
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L)
-        for i, (K, D) in enumerate(kernels):
-            y = fft_conv(x.transpose(1, 2), K, D, padding_mask, reverse=self.reverse)
-            x = self.dropout(self.activate(y)).transpose(1, 2)
+        for i, kernel in enumerate(kernels):
+            x = recomputed(self._stage, x, kernel, padding_mask)  # on a CPU keeps only the stage's input
             if i < len(self.linears):
                 x = self.linears[i](x)
         return x

@@ -11,8 +11,10 @@ kernels generated one by one (tested), with a quarter of the operations for four
 
 Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``): on CPU, where an operation's
 launch costs little, batching saved no measurable time and raised a 4-layer MSSM encoder's peak training memory
-at 10 s from 47 to 62 MiB (a transient of the batched path: what the backward pass keeps is the same), so there
-kernels are generated one by one as before.
+at 10 s from 47 to 62 MiB (a transient of the batched path: what the backward pass keeps is the same). On CPU
+(``CHUNKED_DEVICES``) an MSSM kernel is not generated at all: ``layer_kernels`` gives its discrete diagonal system,
+which ``convolve`` runs chunk by chunk in matrix products (``chunked_conv.py``), several times faster there than
+the FFT convolution of the generated kernel (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -22,10 +24,15 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from .chunked_conv import DiagonalSystem, chunked_diagonal_conv
+from .fft_conv import fft_conv
 from .mssm_kernel import MSSMKernel
 
 # devices on which layer_kernels batches (where launching an operation costs more than its arithmetic)
 BATCHED_DEVICES = ("cuda",)
+# devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems (where matrix products
+# run faster than FFTs; on a GPU the sequential steps between chunks would each cost a launch)
+CHUNKED_DEVICES = ("cpu",)
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 
@@ -44,11 +51,25 @@ def can_batch(kernels: list) -> bool:
     return len({_signature(k) for k in kernels}) == 1
 
 
-def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor]]:
-    """``[kernel(L) for kernel in kernels]``, in one batched generation on the devices of ``BATCHED_DEVICES``."""
-    if kernels and kernels[0].D.device.type in BATCHED_DEVICES:
+def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
+    """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, in one batched generation on the
+    devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES`` an MSSM kernel's ``DiagonalSystem`` instead."""
+    device = kernels[0].D.device.type if kernels else None
+    if device in BATCHED_DEVICES:
         return batched_kernels(kernels, L)
+    if device in CHUNKED_DEVICES:
+        return [kernel.chunkable_system(L) if type(kernel) is MSSMKernel else kernel(L) for kernel in kernels]
     return [kernel(L) for kernel in kernels]
+
+
+def convolve(u: Tensor, kernel: tuple[Tensor, Tensor] | DiagonalSystem, padding_mask: Tensor | None = None,
+             reverse: bool = False) -> Tensor:
+    """``u`` (``B x H x L``) convolved with one of ``layer_kernels``' results: ``B x C x H x L`` (``fft_conv`` of a
+    ``(K, D)`` kernel, ``chunked_diagonal_conv`` of a ``DiagonalSystem``)."""
+    if isinstance(kernel, DiagonalSystem):
+        return chunked_diagonal_conv(u, *kernel, padding_mask=padding_mask, reverse=reverse)
+    K, D = kernel
+    return fft_conv(u, K, D, padding_mask, reverse=reverse)
 
 
 def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Tensor]]:

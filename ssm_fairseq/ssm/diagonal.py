@@ -10,6 +10,7 @@ import abc
 import torch
 from torch import Tensor
 
+from .chunked_conv import DiagonalSystem
 from .discretization import bilinear_diagonal, zoh_diagonal
 from .kernel import SSMKernel
 from .recurrence import DiagonalRecurrence
@@ -40,6 +41,14 @@ class DiagonalSSMKernel(SSMKernel):
             return real_vandermonde(dC * dB, dA, L)
         log_dA = torch.log(dA.to(torch.promote_types(dA.dtype, torch.complex64)))
         return vandermonde(dC * dB, log_dA, L)
+
+    def chunkable_system(self, L: int) -> DiagonalSystem | None:
+        """The discrete system that ``chunked_diagonal_conv`` convolves with, in place of ``forward(L)``'s kernel, or
+        None where ``dA`` is complex (S4D, DSS): MSSM's real eigenvalues only."""
+        self.check_length(L)
+        with torch.autocast(device_type=self.D.device.type, enabled=False):
+            dA, dB, dC = self.discrete_system(L)
+            return None if dA.is_complex() else DiagonalSystem(dA, dB, dC, self.real(self.D))
 
     def recurrence(self, L: int) -> DiagonalRecurrence:
         self.check_length(L)

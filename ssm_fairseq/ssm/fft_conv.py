@@ -96,14 +96,16 @@ def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Ten
     return torch.cat([k[..., :1] + D.to(dtype).unsqueeze(-1), k[..., 1:]], dim=-1)
 
 
-def _prepare(u: Tensor, padding_mask: Tensor | None) -> Tensor:
+def masked_input(u: Tensor, padding_mask: Tensor | None) -> Tensor:
+    """``u`` in the compute dtype with its padded positions zeroed."""
     u = u.to(_compute_dtype(u))
     if padding_mask is not None:
         u = u.masked_fill(padding_mask.unsqueeze(1), 0.0)
     return u
 
 
-def _finish(y: Tensor, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+def masked_output(y: Tensor, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """``B x C x H x L`` outputs with their padded positions zeroed, in ``dtype``."""
     if padding_mask is not None:
         y = y.masked_fill(padding_mask[:, None, None, :], 0.0)
     return y.to(dtype)
@@ -125,10 +127,10 @@ def fft_conv(
         ``B x C x H x L`` in the dtype of ``u``.
     """
     _check_kernel(u, K, D, padding_mask)
-    x = _prepare(u, padding_mask)
+    x = masked_input(u, padding_mask)
     k = _taps(K, x.shape[-1], x.dtype, D)
     y = _SpectralConvolution.apply(x, None, k) if reverse else _SpectralConvolution.apply(x, k, None)
-    return _finish(y, padding_mask, u.dtype)
+    return masked_output(y, padding_mask, u.dtype)
 
 
 def bidirectional_fft_conv(
@@ -140,7 +142,7 @@ def bidirectional_fft_conv(
     """
     _check_kernel(u, K_forward, D, padding_mask)
     _check_kernel(u, K_backward, None, padding_mask)
-    x = _prepare(u, padding_mask)
+    x = masked_input(u, padding_mask)
     L = x.shape[-1]
     y = _SpectralConvolution.apply(x, _taps(K_forward, L, x.dtype, D), _taps(K_backward, L, x.dtype))
-    return _finish(y, padding_mask, u.dtype)
+    return masked_output(y, padding_mask, u.dtype)

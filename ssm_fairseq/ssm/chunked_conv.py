@@ -1,0 +1,148 @@
+"""The convolution of a real diagonal SSM computed chunk by chunk: matrix products instead of FFTs.
+
+For a diagonal system with real ``dA`` (the MSSM kernel after ``eigh``) the output of the length-``L``
+convolution ``y_k = sum_(i<=k) K_(k-i) u_i + D u_k``, ``K_k = sum_n dC_n dA_n^k dB_n``, splits into chunks of
+``T`` positions. With ``s_c`` the ``N`` states after chunk ``c`` (``s_(-1) = 0``)::
+
+    y_(cT+j) = sum_(i<=j) K'_(j-i) u_(cT+i)  +  sum_n dC_n dA_n^(j+1) s_(c-1),n       (K' = K with D added at tap 0)
+    s_c      = dA^T s_(c-1)  +  sum_i dA^(T-1-i) dB u_(cT+i)
+
+The first term is a ``T x T`` lower-triangular Toeplitz matrix of the first ``T`` taps, the second and the chunk's
+contribution to the state are ``T x N`` matrices: three batched matrix products over all chunks at once (one
+batch per channel); only the recurrence between chunks (``L / T`` steps on ``B x H x N`` states) runs in
+sequence. Per position and channel this costs ``C T + N + C N`` multiply-adds, about an FFT convolution's
+operation count, but as dense matrix products, which a CPU runs several times faster than FFTs of length ``2L``;
+nothing of length ``L`` is built but the input's and the output's copies (no ``L`` kernel taps, no spectra), and
+autograd differentiates it as it stands.
+
+The result equals ``fft_conv(u, real_vandermonde(dC dB, dA, L), D)`` (tested, with padding, both directions and
+gradients). Powers of ``dA`` below ``tiny ** (1/3)`` of the dtype are held at that number, as in
+``structured_products.real_vandermonde``, so that subnormal numbers never slow the products down.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .fft_conv import check_input, masked_input, masked_output
+
+
+class DiagonalSystem(NamedTuple):
+    """What ``chunked_diagonal_conv`` convolves with: ``dA``, ``dB``: ``H x N``, ``dC``: ``C x H x N``, ``D``: ``C x H``."""
+
+    dA: Tensor
+    dB: Tensor
+    dC: Tensor
+    D: Tensor
+
+
+def chunk_length(L: int) -> int:
+    """``T`` for a length-``L`` convolution: the power of two nearest ``sqrt(L)``, from 8 to 64.
+
+    The Toeplitz products cost ``C T`` per position and the sequential recurrence ``L / T`` steps; on a 2-core CPU
+    at width 1024, 32 was fastest at 1k positions and 64 at 4k and 16k (docs/benchmarks.md)."""
+    return 1 << min(6, max(3, round(math.log2(L) / 2)))
+
+
+def diagonal_powers(dA: Tensor, count: int) -> Tensor:
+    """``dA ** k`` for ``k < count``: ``... x N`` -> ``... x N x count``, differentiable, for real ``dA`` of any
+    sign with ``|dA| <= 1``. A power ``k >= 2`` below ``tiny ** (1/3)`` in magnitude takes that magnitude (its
+    derivative, below ``k tiny ** (1/3)``, is dropped); powers 0 and 1 are exact, so is the derivative at ``dA = 0``."""
+    k = torch.arange(2, max(count, 2), device=dA.device)
+    log_smallest = math.log(torch.finfo(dA.dtype).tiny) / 3
+    log_abs = torch.log(dA.abs().clamp_min(torch.finfo(dA.dtype).tiny)).unsqueeze(-1)
+    magnitude = torch.exp((log_abs * k.to(dA.dtype)).clamp_min(log_smallest))
+    higher = torch.where((dA < 0).unsqueeze(-1) & (k % 2 == 1), -magnitude, magnitude)
+    return torch.cat([torch.ones_like(dA).unsqueeze(-1), dA.unsqueeze(-1), higher], -1)[..., :count]
+
+
+class _StatesBeforeChunks(torch.autograd.Function):
+    """``states[:, :, c] = sum_(c' < c) decay^(c-1-c') contributions[:, :, c']``: each chunk's starting state.
+
+    ``contributions``: ``H x B x chunks x N``, ``decay`` (``dA^T``): ``H x 1 x N``. One in-place step per chunk,
+    forward and backward, instead of an autograd node per chunk. Backward, with ``g`` the gradient of ``states``:
+    ``lambda_c = g_c + decay lambda_(c+1)`` (the gradient reaching state ``c`` through all later ones),
+    ``grad contributions_c = lambda_(c+1)``, ``grad decay = sum_(c >= 1) lambda_c states_(c-1)``.
+    """
+
+    @staticmethod
+    def forward(ctx, contributions: Tensor, decay: Tensor) -> Tensor:
+        states = torch.empty_like(contributions)
+        state = torch.zeros_like(contributions[:, :, 0])
+        for c in range(contributions.shape[2]):
+            states[:, :, c] = state
+            state.mul_(decay).add_(contributions[:, :, c])
+        ctx.save_for_backward(states, decay)
+        return states
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+        states, decay = ctx.saved_tensors
+        grad_contributions = torch.zeros_like(grad)
+        grad_decay = torch.zeros_like(states[:, :, 0])
+        reaching = torch.zeros_like(grad[:, :, 0])  # lambda_(c+1)
+        for c in range(grad.shape[2] - 1, 0, -1):
+            reaching.mul_(decay).add_(grad[:, :, c])  # lambda_c
+            grad_contributions[:, :, c - 1] = reaching
+            grad_decay.addcmul_(reaching, states[:, :, c - 1])
+        return grad_contributions, grad_decay.sum(1, keepdim=True)
+
+
+def chunked_diagonal_conv(
+    u: Tensor, dA: Tensor, dB: Tensor, dC: Tensor, D: Tensor | None = None, padding_mask: Tensor | None = None,
+    reverse: bool = False, chunk: int | None = None,
+) -> Tensor:
+    """Convolve each channel of ``u`` with its real diagonal SSM, plus the skip term ``D u``.
+
+    Args:
+        u: ``B x H x L`` input.
+        dA, dB: ``H x N`` real discrete state matrix (its diagonal, ``|dA| <= 1``) and input vector.
+        dC: ``C x H x N`` output rows.
+        D: ``C x H`` skip weights, or None.
+        padding_mask: ``B x L``, True at padded positions: zeroed on input and output, as in ``fft_conv``.
+        reverse: anti-causal, ``y_k = sum_(j>=k) K_(j-k) u_j``.
+        chunk: ``T`` (default ``chunk_length(L)``).
+    Returns:
+        ``B x C x H x L`` in the dtype of ``u``; computed in float32 (float64 for float64 inputs), also under autocast.
+    """
+    check_input(u, dA.shape[0])
+    if dA.is_complex() or dA.shape != dB.shape or dC.shape[1:] != dA.shape:
+        raise ValueError(f"need real dA, dB of shape (H, N) and dC of shape (C, H, N), got {tuple(dA.shape)}, "
+                         f"{tuple(dB.shape)}, {tuple(dC.shape)}")
+    B, H, L = u.shape
+    C, N = dC.shape[0], dA.shape[1]
+    T = min(chunk or chunk_length(L), L)
+    chunks = -(-L // T)
+    with torch.autocast(device_type=u.device.type, enabled=False):
+        x = masked_input(u, padding_mask)
+        dA, dB, dC = dA.to(x.dtype), dB.to(x.dtype), dC.to(x.dtype)
+        if reverse:
+            x = x.flip(-1)
+        x = torch.nn.functional.pad(x, (0, chunks * T - L))
+        # contiguous: a channel-last input (a layer's B x L x D transposed) would otherwise reach the matrix products
+        # as a view with no unit stride, which they copy matrix by matrix
+        chunk_inputs = x.view(B, H, chunks, T).permute(1, 3, 0, 2).reshape(H, T, B * chunks).contiguous()
+
+        powers = diagonal_powers(dA, T + 1)  # H x N x (T + 1)
+        taps = torch.einsum("chn,hnk->chk", dC * dB, powers[..., :T])  # C x H x T
+        if D is not None:
+            taps = torch.cat([taps[..., :1] + D.to(x.dtype).unsqueeze(-1), taps[..., 1:]], dim=-1)
+        lag = torch.arange(T, device=u.device)
+        lag = lag.unsqueeze(1) - lag  # j - i
+        toeplitz = (taps[..., lag.clamp_min(0)] * (lag >= 0)).transpose(0, 1).reshape(H, C * T, T)
+        y = toeplitz @ chunk_inputs  # H x (C T) x (B chunks)
+
+        into_state = powers[..., :T].flip(-1) * dB.unsqueeze(-1)  # dA^(T-1-i) dB: H x N x T
+        contributions = torch.bmm(chunk_inputs.transpose(1, 2), into_state.transpose(1, 2))  # H x (B chunks) x N
+        states = _StatesBeforeChunks.apply(contributions.view(H, B, chunks, N), powers[:, None, :, T])
+        from_state = dC.transpose(0, 1).unsqueeze(2) * powers[:, None, :, 1:].transpose(-1, -2)  # H x C x T x N
+        y = y.baddbmm_(from_state.reshape(H, C * T, N), states.view(H, B * chunks, N).transpose(1, 2))
+
+        y = y.view(H, C, T, B, chunks).permute(3, 1, 0, 4, 2).reshape(B, C, H, chunks * T)[..., :L]
+        if reverse:
+            y = y.flip(-1)
+        return masked_output(y, padding_mask, u.dtype)

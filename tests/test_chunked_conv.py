@@ -1,0 +1,111 @@
+"""The chunked convolution of a real diagonal SSM against the FFT convolution of its Vandermonde kernel and
+against the state recurrence run position by position."""
+import pytest
+import torch
+
+from ssm_fairseq.ssm import fft_conv
+from ssm_fairseq.ssm.chunked_conv import chunk_length, chunked_diagonal_conv, diagonal_powers
+from ssm_fairseq.ssm.structured_products import real_vandermonde
+
+torch.set_num_threads(2)
+
+
+def _system(H=5, N=4, C=2, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    dA = torch.rand(H, N, generator=g, dtype=dtype) * 2 - 1  # both signs, |dA| < 1
+    dA[0, 0] = 0.0  # a base that rounds to zero: 0^0 = 1, every later power ~0
+    dB, dC, D = (torch.randn(*shape, generator=g, dtype=dtype) for shape in [(H, N), (C, H, N), (C, H)])
+    return dA, dB, dC, D
+
+
+def _recurrence(u, dA, dB, dC, D):
+    """``x_k = dA x_(k-1) + dB u_k``, ``y_k = dC x_k + D u_k``, one position at a time: ``B x C x H x L``."""
+    x = torch.zeros(u.shape[0], *dA.shape, dtype=u.dtype)
+    out = []
+    for k in range(u.shape[-1]):
+        x = dA * x + dB * u[:, :, k, None]
+        out.append(torch.einsum("chn,bhn->bch", dC, x) + D * u[:, None, :, k])
+    return torch.stack(out, -1)
+
+
+@pytest.mark.parametrize("L, chunk", [(1, None), (7, 1), (37, 4), (37, 8), (64, 16), (40, 64)])
+def test_equals_the_recurrence_and_the_fft_convolution(L, chunk):
+    dA, dB, dC, D = _system()
+    u = torch.randn(3, 5, L, dtype=torch.float64)
+    y = chunked_diagonal_conv(u, dA, dB, dC, D, chunk=chunk)
+    torch.testing.assert_close(y, _recurrence(u, dA, dB, dC, D))
+    torch.testing.assert_close(y, fft_conv(u, real_vandermonde(dC * dB, dA, L), D))
+
+
+def test_reverse_is_the_reversed_input_convolved_and_reversed():
+    dA, dB, dC, D = _system()
+    u = torch.randn(2, 5, 29, dtype=torch.float64)
+    y = chunked_diagonal_conv(u, dA, dB, dC, D, reverse=True, chunk=8)
+    torch.testing.assert_close(y, chunked_diagonal_conv(u.flip(-1), dA, dB, dC, D, chunk=8).flip(-1))
+    torch.testing.assert_close(y, fft_conv(u, real_vandermonde(dC * dB, dA, 29), D, reverse=True))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_padding_equals_each_sequence_alone(reverse):
+    dA, dB, dC, D = _system()
+    u = torch.randn(2, 5, 30, dtype=torch.float64)
+    mask = torch.zeros(2, 30, dtype=torch.bool)
+    mask[1, 17:] = True
+    u_padded = u.masked_fill(mask[:, None, :], 1e3)  # garbage in the padding must not reach real positions
+    y = chunked_diagonal_conv(u_padded, dA, dB, dC, D, mask, reverse, chunk=8)
+    alone = chunked_diagonal_conv(u[1:, :, :17], dA, dB, dC, D, reverse=reverse, chunk=8)
+    torch.testing.assert_close(y[1, ..., :17], alone[0])
+    assert y[1, ..., 17:].abs().max() == 0
+
+
+def test_gradients_equal_the_fft_convolutions():
+    dA, dB, dC, D = _system()
+    u = torch.randn(2, 5, 23, dtype=torch.float64)
+    grad = torch.randn(2, 2, 5, 23, dtype=torch.float64)
+    results = []
+    for chunked in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (u, dA, dB, dC, D)]
+        uu, a, b, c, d = leaves
+        y = chunked_diagonal_conv(uu, a, b, c, d, chunk=4) if chunked else fft_conv(uu, real_vandermonde(c * b, a, 23), d)
+        results.append(torch.autograd.grad(y, leaves, grad))
+    for chunked_grad, fft_grad in zip(*results):
+        torch.testing.assert_close(chunked_grad, fft_grad)
+
+
+def test_gradcheck():
+    dA, dB, dC, D = _system(H=2, N=3, C=1)
+    u = torch.randn(1, 2, 9, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (u, dA * 0.9 + 0.05, dB, dC, D)]
+    assert torch.autograd.gradcheck(lambda *a: chunked_diagonal_conv(*a, chunk=4), leaves)
+
+
+def test_low_precision_input_is_convolved_in_float32():
+    dA, dB, dC, D = (t.float() for t in _system())
+    u = torch.randn(1, 5, 50)
+    y = chunked_diagonal_conv(u.to(torch.bfloat16), dA, dB, dC, D)
+    assert y.dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = chunked_diagonal_conv(u, dA, dB, dC, D)
+    assert z.dtype == torch.float32
+    torch.testing.assert_close(z, chunked_diagonal_conv(u, dA, dB, dC, D))
+
+
+def test_powers_keep_sign_and_stay_normal():
+    dA = torch.tensor([[0.5, -0.5, 0.0, -1.0]])
+    p = diagonal_powers(dA, 200)
+    torch.testing.assert_close(p[0, 1, :4], torch.tensor([1.0, -0.5, 0.25, -0.125]))
+    torch.testing.assert_close(p[0, 3, :3], torch.tensor([1.0, -1.0, 1.0]))
+    assert p[0, 2, :2].tolist() == [1.0, 0.0]  # 0^0 = 1, 0^1 = 0 exactly
+    assert (p[..., 2:].abs() >= torch.finfo(torch.float32).tiny ** (1 / 3) * 0.99).all()  # no subnormal power
+
+
+def test_chunk_lengths():
+    assert [chunk_length(L) for L in (1, 250, 1024, 4096, 10 ** 6)] == [8, 16, 32, 64, 64]
+
+
+def test_bad_system():
+    dA, dB, dC, D = _system()
+    with pytest.raises(ValueError, match="dC of shape"):
+        chunked_diagonal_conv(torch.randn(1, 5, 8, dtype=torch.float64), dA, dB, dC[:, :4], D)
+    with pytest.raises(ValueError, match="u must have shape"):
+        chunked_diagonal_conv(torch.randn(1, 4, 8, dtype=torch.float64), dA, dB, dC, D)
