@@ -105,10 +105,17 @@ def test_spade_global_layer_keeps_nothing_of_its_ssm_branch_and_recomputes_the_s
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
-def test_mssm_stages_keep_only_their_inputs():
-    """Each stage of the MSSM block (convolution, gating, dropout) is recomputed on a CPU: what autograd keeps is the
-    stage inputs and the linears' inputs, all ``B x L x D``, nothing ``B x C x D x L``."""
+@pytest.mark.parametrize("chunked", [True, False])
+def test_mssm_stages_keep_only_their_inputs(monkeypatch, chunked):
+    """Each stage of the MSSM block (convolution, gating, dropout) of a long sequence is recomputed on a CPU (here from
+    the shortest length), whichever way it is convolved: what autograd keeps is the stage inputs and the linears'
+    inputs, all ``B x L x D``, nothing ``B x C x D x L``."""
+    from ssm_fairseq.modules import multihead_ssm
     from ssm_fairseq.modules.bidirectional_ssm import BidirectionalSSM
+    from ssm_fairseq.ssm import batched_kernels
+
+    monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_LENGTH", 1 if chunked else 10 ** 9)
 
     torch.manual_seed(0)
     block = BidirectionalSSM(16, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.1).train()

@@ -100,7 +100,7 @@ def test_powers_keep_sign_and_stay_normal():
 
 
 def test_chunk_lengths():
-    assert [chunk_length(L) for L in (1, 250, 1024, 4096, 10 ** 6)] == [8, 16, 32, 64, 64]
+    assert [chunk_length(L) for L in (1, 250, 1024, 4096, 16384, 10 ** 6)] == [8, 8, 16, 32, 64, 64]
 
 
 def test_bad_system():

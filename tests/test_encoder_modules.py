@@ -171,11 +171,15 @@ def test_zero_ssm_heads_is_refused_by_name():
 
 
 def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernels(monkeypatch):
-    """On CPU the MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage recomputed
-    in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding included."""
-    from ssm_fairseq.modules import recompute
+    """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage
+    recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding
+    included (here from the shortest length)."""
+    from ssm_fairseq.modules import multihead_ssm, recompute
     from ssm_fairseq.ssm import batched_kernels
     from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
+
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_LENGTH", 1)
+    monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)
 
     torch.manual_seed(0)
     block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.2).double().train()
@@ -189,7 +193,11 @@ def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernel
         return [y, *torch.autograd.grad(y.square().sum(), [x, *block.parameters()])]
 
     assert all(isinstance(k, DiagonalSystem) for k in batched_kernels.layer_kernels(list(block.forward_ssm.kernels), 37))
+    checkpointed = []
+    monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant, inner=recompute.checkpoint:
+                        checkpointed.append(fn) or inner(fn, *args, use_reentrant=use_reentrant))
     chunked = output_and_grads()
+    assert len(checkpointed) == 4  # two stages of each direction
     monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
     monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
     for a, b in zip(chunked, output_and_grads()):

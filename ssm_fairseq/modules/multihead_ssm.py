@@ -15,9 +15,9 @@ With ``output_linear=False`` the last stage stops after ``Act`` (the bidirection
 final Linear). ``reverse=True`` runs the SSM anti-causally, which equals ``Rev(SSM(Rev(x)))`` on each
 sequence's own length: padding never reaches a real frame in either direction.
 
-On a CPU each stage's convolution and activation run again in the backward pass (``recompute.recomputed``):
-autograd keeps the stage's ``B x L x D`` input only, not its ``B x C x D x L`` convolution output or the
-convolution's intermediates (at width 1024 and 4k tokens, 96 MiB a stage).
+On a CPU, from ``RECOMPUTE_MIN_LENGTH`` positions, each stage's convolution and activation run again in the backward
+pass (``recompute_stages``, ``recompute.recomputed``): autograd keeps the stage's ``B x L x D`` input only, not its
+``B x C x D x L`` convolution output or the convolution's intermediates.
 
 A causal (``reverse=False``) stack also runs chunk by chunk (``step``): each kernel's recurrence carries its
 ``B x D x N`` state from one chunk to the next, so a stream of any length costs the same per frame and gives the
@@ -34,6 +34,10 @@ from .dropout import LeanDropout
 from .recompute import recomputed
 
 GATINGS = {"ihg": 2, "glu": 2, "gelu": 1}  # gating -> output expansion C
+# the shortest sequence whose stages are recomputed. Where memory matters, at document lengths, it is cheap: one MSSM
+# masked-LM layer (width 1024) at 4k tokens, 3.1 -> 3.5 s, 730 -> 352 MiB on a 2-core CPU; at speech lengths it is
+# not (a width-512 encoder layer at 250 frames, 71 -> 89 ms)
+RECOMPUTE_MIN_LENGTH = 2048
 
 
 def build_kernel(kernel: str, channels: int, out_channels: int, heads: int, state_size: int, **kwargs) -> nn.Module:
@@ -60,6 +64,8 @@ class MultiHeadSSM(nn.Module):
         reverse: anti-causal direction.
         output_linear: keep the last stage's Linear.
         dropout: after each activation.
+        recompute_stages: recompute each stage in the backward pass on a CPU (off where a caller recomputes the
+            whole block, as SPADE's global branch does).
     """
 
     def __init__(
@@ -73,6 +79,7 @@ class MultiHeadSSM(nn.Module):
         reverse: bool = False,
         output_linear: bool = True,
         dropout: float = 0.0,
+        recompute_stages: bool = True,
         **kernel_args,
     ):
         super().__init__()
@@ -86,7 +93,7 @@ class MultiHeadSSM(nn.Module):
             raise ValueError(f"inter-head gating needs an even number of heads, got {heads}")
         if stack < 1:
             raise ValueError(f"stack must be at least 1, got {stack}")
-        self.heads, self.gating, self.reverse = heads, gating, reverse
+        self.heads, self.gating, self.reverse, self.recompute_stages = heads, gating, reverse, recompute_stages
         self.in_proj = nn.Linear(dim, dim) if heads > 1 else None
         self.kernels = nn.ModuleList(
             build_kernel(kernel, dim, GATINGS[gating], heads, state_size, **kernel_args) for _ in range(stack)
@@ -123,7 +130,10 @@ class MultiHeadSSM(nn.Module):
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L)
         for i, kernel in enumerate(kernels):
-            x = recomputed(self._stage, x, kernel, padding_mask)  # on a CPU keeps only the stage's input
+            if self.recompute_stages and L >= RECOMPUTE_MIN_LENGTH:
+                x = recomputed(self._stage, x, kernel, padding_mask)  # on a CPU keeps only the stage's input
+            else:
+                x = self._stage(x, kernel, padding_mask)
             if i < len(self.linears):
                 x = self.linears[i](x)
         return x

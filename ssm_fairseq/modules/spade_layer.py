@@ -80,7 +80,7 @@ class SpadeLayer(nn.Module):
                 if ssm == "s4":
                     frozen = dict(trainable_A=not frozen_ssm, trainable_B=not frozen_ssm, l_max=l_max)
                 self.ssm = BidirectionalSSM(dim, heads=ssm_heads if ssm == "mssm" else 1, stack=1, gating="gelu",
-                                            state_size=ssm_state_size, kernel=ssm, **frozen)
+                                            state_size=ssm_state_size, kernel=ssm, recompute_stages=False, **frozen)
             else:
                 raise ValueError(f"a bidirectional global layer's SSM must be one of {BIDIRECTIONAL_SSMS}, got {ssm!r}")
             self.local_out_norm, self.ssm_out_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)

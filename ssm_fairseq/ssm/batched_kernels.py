@@ -12,9 +12,9 @@ kernels generated one by one (tested), with a quarter of the operations for four
 Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``): on CPU, where an operation's
 launch costs little, batching saved no measurable time and raised a 4-layer MSSM encoder's peak training memory
 at 10 s from 47 to 62 MiB (a transient of the batched path: what the backward pass keeps is the same). On CPU
-(``CHUNKED_DEVICES``) an MSSM kernel is not generated at all: ``layer_kernels`` gives its discrete diagonal system,
-which ``convolve`` runs chunk by chunk in matrix products (``chunked_conv.py``), several times faster there than
-the FFT convolution of the generated kernel (docs/benchmarks.md).
+(``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel is not generated at all:
+``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
+(``chunked_conv.py``).
 """
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ BATCHED_DEVICES = ("cuda",)
 # devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems (where matrix products
 # run faster than FFTs; on a GPU the sequential steps between chunks would each cost a launch)
 CHUNKED_DEVICES = ("cpu",)
+# the shortest sequence convolved chunk by chunk. One convolution of 1024 channels (C = 2), forward + backward, on a
+# 2-core CPU: FFT 13 / 55 / 533 / 2336 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 35 / 71 / 203 / 836 ms
+CHUNKED_MIN_LENGTH = 2048
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 
@@ -53,11 +56,12 @@ def can_batch(kernels: list) -> bool:
 
 def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
     """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, in one batched generation on the
-    devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES`` an MSSM kernel's ``DiagonalSystem`` instead."""
+    devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM
+    kernel's ``DiagonalSystem`` instead."""
     device = kernels[0].D.device.type if kernels else None
     if device in BATCHED_DEVICES:
         return batched_kernels(kernels, L)
-    if device in CHUNKED_DEVICES:
+    if device in CHUNKED_DEVICES and L >= CHUNKED_MIN_LENGTH:
         return [kernel.chunkable_system(L) if type(kernel) is MSSMKernel else kernel(L) for kernel in kernels]
     return [kernel(L) for kernel in kernels]
 
