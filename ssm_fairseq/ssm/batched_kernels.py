@@ -30,11 +30,12 @@ from .mssm_kernel import MSSMKernel
 
 # devices on which layer_kernels batches (where launching an operation costs more than its arithmetic)
 BATCHED_DEVICES = ("cuda",)
-# devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems (where matrix products
-# run faster than FFTs; on a GPU the sequential steps between chunks would each cost a launch)
+# devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems: where matrix products run
+# faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward:
+# on a 2-core CPU, FFT 13 / 55 / 533 / 2336 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 35 / 71 / 203 / 836;
+# on an NVIDIA H200 the FFT is 2-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
 CHUNKED_DEVICES = ("cpu",)
-# the shortest sequence convolved chunk by chunk. One convolution of 1024 channels (C = 2), forward + backward, on a
-# 2-core CPU: FFT 13 / 55 / 533 / 2336 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 35 / 71 / 203 / 836 ms
+# the shortest sequence convolved chunk by chunk (from the CPU figures above)
 CHUNKED_MIN_LENGTH = 2048
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
