@@ -6,7 +6,8 @@
 
 Each layer (``modules/encoder_layer.py``, the transducer's width-512 configuration by default) runs one
 forward+backward after a warm-up under ``torch.profiler``. Forward time is attributed through
-``record_function`` ranges around the layer's parts (SSM kernel generation, FFT convolution, linears,
+``record_function`` ranges around the layer's parts (SSM kernel generation, convolution (FFT, or chunk by chunk
+from 2048 frames on a CPU), linears,
 attention, layer norms, dropout); backward time through the autograd nodes that run (``AddmmBackward`` is a
 linear, ``LinalgEighBackward`` kernel generation, ...). What no part claims is "other" (gating, activations,
 residual additions, copies). Times are the profiler's CPU times (with its overhead), for proportions, not for
@@ -33,10 +34,11 @@ from ssm_fairseq.modules.local_attention import LocalAttention
 from ssm_fairseq.modules.self_attention import SelfAttention
 from ssm_fairseq.ssm.kernel import SSMKernel
 
-PARTS = ("kernel generation", "FFT convolution", "linears", "attention", "layer norm", "dropout")
+PARTS = ("kernel generation", "convolution", "linears", "attention", "layer norm", "dropout")
 BACKWARD = "autograd::engine::evaluate_function: "
 # our custom autograd Functions, whose backward nodes have no forward op to take a part from
-CUSTOM_FUNCTIONS = {"_SpectralConvolution": "FFT convolution", "_RealVandermonde": "kernel generation",
+CUSTOM_FUNCTIONS = {"_SpectralConvolution": "convolution", "_StatesBeforeChunks": "convolution",
+                    "_RealVandermonde": "kernel generation",
                     "_Cauchy": "kernel generation"}
 
 
@@ -52,7 +54,7 @@ def _labelled(module: nn.Module, label: str) -> None:
 
 
 # module-level functions that the MSSM block calls by name, and the part each belongs to
-LABELLED_FUNCTIONS = ((multihead_ssm, "fft_conv", "FFT convolution"),
+LABELLED_FUNCTIONS = ((multihead_ssm, "convolve", "convolution"),
                       (multihead_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "layer_kernels", "kernel generation"))
 
