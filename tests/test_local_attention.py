@@ -164,15 +164,17 @@ def test_queries_without_keys_stay_finite_with_a_position_bias(mode, dtype):
 
 @pytest.mark.parametrize("mode", ["window", "chunk"])
 def test_incremental_with_a_position_bias_equals_full_beyond_the_window(mode):
-    """Token by token past the window (where the mask with the bias is reused from the cache) and after a beam
-    reordering, the outputs equal the full forward's."""
+    """Three tokens, then token by token past the window (in window mode each token's bias is a slice of the
+    sequence's row of biases by distance, in chunk mode the mask with the bias is reused from the cache) and after a
+    beam reordering, the outputs equal the full forward's."""
     att = make(mode, causal=True)
     bias = RelativePositionBias(2, bidirectional=False).double()
     x = torch.randn(3, 15, 8, dtype=torch.float64)
     order = torch.tensor([2, 0, 1])
     cache: dict = {}
     with torch.no_grad():
-        first = torch.cat([att(x[:, i : i + 1], cache=cache, position_bias=bias) for i in range(10)], 1)
+        first = torch.cat([att(x[:, :3], cache=cache, position_bias=bias),
+                           *[att(x[:, i : i + 1], cache=cache, position_bias=bias) for i in range(3, 10)]], 1)
         LocalAttention.reorder_cache(cache, order)
         rest = torch.cat([att(x[order, i : i + 1], cache=cache, position_bias=bias) for i in range(10, 15)], 1)
         torch.testing.assert_close(first, att(x, position_bias=bias)[:, :10], atol=1e-10, rtol=0)

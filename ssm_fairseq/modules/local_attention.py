@@ -169,11 +169,13 @@ class LocalAttention(nn.Module):
         The cache holds only keys a next token may attend (the last ``window``, or its chunk's), so a single query
         needs no mask. The mask (with the position bias) depends only on ``n`` and ``m + n``: without autograd it is
         kept in ``cache`` and reused while they stay the same, as they do token after token once the window is
-        full."""
+        full; a single token's bias (window mode) is a slice of one row kept per sequence (``_single_query_bias``)."""
         n, total = q.shape[2], k.shape[2]
         mask = None
         reusable = cache is not None and not torch.is_grad_enabled()
-        if reusable and cache.get("recent_mask", (None,))[0] == (n, total):
+        if reusable and n == 1 and position_bias is not None and self.mode == "window":
+            mask = self._single_query_bias(position_bias, cache, total, q)
+        elif reusable and cache.get("recent_mask", (None,))[0] == (n, total):
             mask = cache["recent_mask"][1]
         elif n > 1 or position_bias is not None:
             i = torch.arange(total - n, total, device=q.device)[:, None]
@@ -187,6 +189,17 @@ class LocalAttention(nn.Module):
                 cache["recent_mask"] = (n, total), mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               dropout_p=self.dropout if self.training else 0.0)
+
+    def _single_query_bias(self, position_bias: nn.Module, cache: dict, total: int, q: Tensor) -> Tensor:
+        """The attention bias of one new token over its ``total`` keys (window mode, no autograd): ``heads x 1 x
+        total``. The cached keys are exactly those the token attends, at distances ``total - 1 .. 0``, so the bias
+        is the tail of one row of the biases of distances ``window .. 0``, computed once per sequence: a generated
+        token builds no mask, whether or not the window is full yet."""
+        if cache.get("bias_by_distance", (None,))[0] != self.window:
+            distance = torch.arange(self.window, -1, -1, device=q.device)
+            # a tuple: the batch reordering of beam search passes it by (it has no batch dimension)
+            cache["bias_by_distance"] = self.window, position_bias(-distance).to(q.dtype)  # heads x (window + 1)
+        return cache["bias_by_distance"][1][:, None, -total:]
 
     @staticmethod
     def _biased(allowed: Tensor, bias: Tensor) -> Tensor:
