@@ -55,6 +55,7 @@ def _labelled(module: nn.Module, label: str) -> None:
 
 # module-level functions that the MSSM block calls by name, and the part each belongs to
 LABELLED_FUNCTIONS = ((multihead_ssm, "convolve", "convolution"),
+                      (multihead_ssm, "linear_channels_first", "linears"),
                       (multihead_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "layer_kernels", "kernel generation"))
 

@@ -25,6 +25,7 @@ outputs of ``forward`` over the whole stream.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -49,6 +50,12 @@ def build_kernel(kernel: str, channels: int, out_channels: int, heads: int, stat
             raise ValueError(f"the S4-LegS kernel is single-head, got heads={heads}")
         return S4Kernel(channels, state_size, out_channels, **kwargs)
     raise ValueError(f"kernel must be 'mssm' or 's4', got {kernel!r}")
+
+
+def linear_channels_first(linear: nn.Linear, x: Tensor) -> Tensor:
+    """``linear`` applied to ``B x D_in x L`` inputs: ``B x D_out x L`` (``W x + b``, no transposing copy)."""
+    y = torch.matmul(linear.weight, x)
+    return y + linear.bias.to(y.dtype).unsqueeze(-1)
 
 
 class MultiHeadSSM(nn.Module):
@@ -114,29 +121,33 @@ class MultiHeadSSM(nn.Module):
         return F.glu(y, dim=2).reshape(B, D, L)
 
     def _stage(self, x: Tensor, kernel, padding_mask: Tensor | None) -> Tensor:
-        """``Dropout(Act(SSM(x)))`` of one stage: ``B x L x D -> B x L x D``."""
-        y = convolve(x.transpose(1, 2), kernel, padding_mask, reverse=self.reverse)
-        return self.dropout(self.activate(y)).transpose(1, 2)
+        """``Dropout(Act(SSM(x)))`` of one stage: ``B x D x L -> B x D x L``."""
+        return self.dropout(self.activate(convolve(x, kernel, padding_mask, reverse=self.reverse)))
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kernels: list | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
 
         ``kernels``: each stage's ``batched_kernels.layer_kernels`` result at length ``L`` if the caller has them
         (``BidirectionalSSM`` gets both directions' at once, in one call on a GPU); by default this stack gets its own.
+        Inside, the stages run channels first (``B x D x L``, the linears between them as ``W x + b``), so that the
+        convolutions read and write whole rows of positions without transposing copies.
         """
-        if self.in_proj is not None:
-            x = self.in_proj(x)
         L = x.shape[1]
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L)
+        x = x.transpose(1, 2)
+        if self.in_proj is not None:
+            x = linear_channels_first(self.in_proj, x)
         for i, kernel in enumerate(kernels):
             if self.recompute_stages and L >= RECOMPUTE_MIN_LENGTH:
                 x = recomputed(self._stage, x, kernel, padding_mask)  # on a CPU keeps only the stage's input
             else:
                 x = self._stage(x, kernel, padding_mask)
+            if i == len(self.linears) - 1 == len(kernels) - 1:  # the output Linear: B x L x D out
+                return self.linears[i](x.transpose(1, 2))
             if i < len(self.linears):
-                x = self.linears[i](x)
-        return x
+                x = linear_channels_first(self.linears[i], x)
+        return x.transpose(1, 2)
 
     def step(self, x: Tensor, cache: dict) -> Tensor:
         """The next ``n`` frames of a stream: ``x``: ``B x n x D`` -> ``B x n x D``, equal to ``forward``'s output at

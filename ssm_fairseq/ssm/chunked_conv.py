@@ -125,9 +125,9 @@ def chunked_diagonal_conv(
         if reverse:
             x = x.flip(-1)
         x = torch.nn.functional.pad(x, (0, chunks * T - L))
-        # contiguous: a channel-last input (a layer's B x L x D transposed) would otherwise reach the matrix products
-        # as a view with no unit stride, which they copy matrix by matrix
-        chunk_inputs = x.view(B, H, chunks, T).permute(1, 3, 0, 2).reshape(H, T, B * chunks).contiguous()
+        chunk_inputs = x.view(B, H, chunks, T).permute(1, 3, 0, 2).reshape(H, T, B * chunks)
+        if 1 not in chunk_inputs.stride()[1:]:  # from a channel-last input (B x L x H transposed) the matrix
+            chunk_inputs = chunk_inputs.contiguous()  # products would copy it matrix by matrix
 
         powers = diagonal_powers(dA, T + 1)  # H x N x (T + 1)
         taps = torch.einsum("chn,hnk->chk", dC * dB, powers[..., :T])  # C x H x T
