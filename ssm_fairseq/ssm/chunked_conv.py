@@ -64,8 +64,8 @@ class _StatesBeforeChunks(torch.autograd.Function):
     """``states[c] = sum_(c' < c) decay^(c-1-c') contributions[c']``: each chunk's starting state.
 
     ``contributions``: ``chunks x H x B x N`` (each chunk's slice contiguous), ``decay`` (``dA^T``): ``H x 1 x N``.
-    One in-place step per chunk,
-    forward and backward, instead of an autograd node per chunk. Backward, with ``g`` the gradient of ``states``:
+    One in-place step per chunk, forward and backward, instead of an autograd node per chunk. Backward, with ``g``
+    the gradient of ``states``:
     ``lambda_c = g_c + decay lambda_(c+1)`` (the gradient reaching state ``c`` through all later ones),
     ``grad contributions_c = lambda_(c+1)``, ``grad decay = sum_(c >= 1) lambda_c states_(c-1)``.
     """
