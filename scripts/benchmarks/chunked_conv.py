@@ -9,8 +9,8 @@ batch 1, forward + backward of the convolution including what each way needs of 
 * ``chunked (T)``: ``chunked_diagonal_conv`` of the discrete system, chunks of ``T`` positions (``chunk_length(L)`` by
   default, ``--chunk-lengths`` to compare others).
 
-The input is channel-last transposed (``B x L x D`` viewed as ``B x D x L``), as a layer passes it. Time and peak
-memory as ``measurement.py`` describes; ratios are the FFT's time over each row's.
+The input is ``B x D x L`` contiguous, as the MSSM block's channels-first stages pass it. Time and peak memory as
+``measurement.py`` describes; ratios are the FFT's time over each row's.
 
     python scripts/benchmarks/chunked_conv.py [--lengths 256 1024 4096 16384] [--chunk-lengths 16 32 64] [--device cuda]
 """
@@ -30,7 +30,7 @@ from ssm_fairseq.ssm.structured_products import real_vandermonde
 def measure_convolution(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     kernel = MSSMKernel(args.channels, 32, out_channels=2, heads=8).to(args.device)
-    u = torch.randn(1, args.length, args.channels, device=args.device).transpose(1, 2).requires_grad_()
+    u = torch.randn(1, args.channels, args.length, device=args.device, requires_grad=True)
 
     def run():
         kernel.zero_grad(set_to_none=True)

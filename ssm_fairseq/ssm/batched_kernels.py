@@ -32,8 +32,8 @@ from .mssm_kernel import MSSMKernel
 BATCHED_DEVICES = ("cuda",)
 # devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems: where matrix products run
 # faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward:
-# on a 2-core CPU, FFT 13 / 55 / 533 / 2336 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 35 / 71 / 203 / 836;
-# on an NVIDIA H200 the FFT is 2-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
+# on a 2-core CPU, FFT 22 / 55 / 591 / 2503 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 29 / 60 / 269 / 986;
+# on an NVIDIA H200 the FFT is 1.4-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
 CHUNKED_DEVICES = ("cpu",)
 # the shortest sequence convolved chunk by chunk (from the CPU figures above)
 CHUNKED_MIN_LENGTH = 2048

@@ -43,8 +43,8 @@ def chunk_length(L: int) -> int:
     """``T`` for a length-``L`` convolution: the power of two nearest ``sqrt(L) / 2``, from 8 to 64.
 
     The Toeplitz products cost ``C T`` per position and the sequential recurrence ``L / T`` steps; for 1024 channels
-    on a 2-core CPU, forward + backward, 32 was fastest at 4k positions (203 ms against 228 for 64 and 340 for 16),
-    64 at 16k (836 ms against 1129 for 32)."""
+    on a 2-core CPU, forward + backward, 32 was fastest at 4k positions (203 ms against 228 for 64), 64 at 16k (836 ms
+    against 1129 for 32 and 1812 for 16)."""
     return 1 << min(6, max(3, round(math.log2(L) / 2 - 1)))
 
 
