@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 from typing import Callable
 
 import torch
@@ -119,6 +120,7 @@ def main() -> None:
     print("| source tokens | model | train step ms | train peak MiB | generation ms/token | train speed-up "
           "| memory ratio |")
     print("|---|---|---|---|---|---|---|")
+    missing = []
     for length in args.lengths:
         common = ["--length", str(length), "--device", args.device, "--repeats", str(args.repeats),
                   "--threads", str(args.threads)]
@@ -128,10 +130,12 @@ def main() -> None:
                 rows[name] = in_subprocess(__file__, ["--model", name, *common])
             except subprocess.CalledProcessError as error:
                 rows[name] = {"failed": f"did not run (exit {error.returncode}: out of memory?)"}
+                missing.append(f"{name} training at {length} tokens")
         try:
             generation = child(__file__, ["--what", "generation", "--model", "both", *common])
         except subprocess.CalledProcessError:
             generation = {}
+            missing.append(f"generation at {length} tokens")
         reference = rows["transformer"]
         for name, r in rows.items():
             if "failed" in r:
@@ -144,6 +148,8 @@ def main() -> None:
                           f"| {r['peak_mib'] / max(reference['peak_mib'], 1e-9):.2f} |")
             print(f"| {length} | {name} | {1000 * r['seconds']:.0f} | {r['peak_mib']:.0f} | {ms_per_token} "
                   f"{ratios}", flush=True)
+    if missing:
+        sys.exit(f"not measured: {', '.join(missing)} (see the errors above)")
 
 
 if __name__ == "__main__":
