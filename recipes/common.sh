@@ -45,6 +45,25 @@ logged_parameters() {
   echo "$count"
 }
 
+# binarise DEST ARGS...: fairseq-preprocess ARGS --destdir DEST, restartable and safe for the checkpoints trained on
+# DEST. It writes DEST.new and moves it to DEST only when the dictionary it built (DEST.new/dict.txt) is the one
+# DEST already has, if any: a changed corpus or tokenisation would otherwise give old checkpoints a new dictionary
+# of the same size without an error (fairseq checks sizes only). A different dictionary exits naming both files.
+binarise() {
+  local dest="$1"
+  shift
+  rm -rf "$dest.new"
+  run fairseq-preprocess "$@" --destdir "$dest.new"
+  if [[ -f "$dest/dict.txt" ]] && ! cmp -s "$dest/dict.txt" "$dest.new/dict.txt"; then
+    echo "$dest.new/dict.txt differs from $dest/dict.txt, the dictionary of the models trained on $dest: the" \
+      "corpus or its tokenisation changed. Remove $dest and those checkpoints to start again with the new" \
+      "dictionary (or restore the old corpus)." >&2
+    exit 1
+  fi
+  rm -rf "$dest"
+  mv "$dest.new" "$dest"
+}
+
 # USER_DIR: the plugin directory given to fairseq's --user-dir; default: the ssm_fairseq package that this python
 # imports (what `python -m ssm_fairseq.user_dir` prints: the clone with `make setup`'s editable install, or an
 # installed wheel), so that fairseq runs the same code as the preparation and averaging commands. Found without

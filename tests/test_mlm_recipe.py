@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections import Counter
 import subprocess
 import sys
@@ -91,6 +92,25 @@ def test_the_recipe_restarts_at_the_table(recipe):
     out = run_ok(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh", "--stage", "5",
                   "--stop-stage", "5"], env=recipe_env(work))
     assert all(f"| {arch} |" in out for arch in ARCHS)
+
+
+def test_preprocessing_reruns_on_the_same_dictionary_and_refuses_a_changed_one(recipe, tmp_path):
+    """Stage 2 again keeps the dictionary the checkpoints were trained with; a changed corpus is refused, the data
+    and dictionary in place left as they were."""
+    work = tmp_path / "work"
+    for part in ("bpe", "data-bin"):
+        shutil.copytree(recipe[0] / part, work / part)
+    dictionary = (work / "data-bin/dict.txt").read_bytes()
+    stage_2 = ["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh", "--stage", "2", "--stop-stage", "2"]
+    run_ok(stage_2, env=recipe_env(work))
+    assert (work / "data-bin/dict.txt").read_bytes() == dictionary
+    assert (work / "data-bin/labelled/label/train.bin").exists() and not (work / "data-bin.new").exists()
+    with open(work / "bpe/train.bpe", "a", encoding="utf-8") as corpus:
+        corpus.write("\n▁a ▁paragraph ▁of ▁pieces ▁never ▁seen\n")
+    result = subprocess.run(stage_2, capture_output=True, text=True, cwd=REPO, env=recipe_env(work))
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert f"{work}/data-bin.new/dict.txt differs from {work}/data-bin/dict.txt" in result.stderr, result.stderr
+    assert (work / "data-bin/dict.txt").read_bytes() == dictionary
 
 
 def test_the_recipe_fails_when_nothing_was_scored(recipe, tmp_path):

@@ -118,6 +118,15 @@ def test_a_restarted_fine_tuning_resumes_its_own_checkpoint(recipe, tmp_path):
     assert "loading pretrained model from" not in again  # what --finetune-from-model logs when it is used
 
 
+def test_preprocessing_reruns_on_the_same_dictionary(recipe, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(recipe[0], work)
+    dictionary = (work / "dict.txt").read_bytes()
+    run_ok(["bash", "recipes/seq2seq/run.sh", "--stage", "2", "--stop-stage", "2"], env=recipe_env(work))
+    assert (work / "dict.txt").read_bytes() == dictionary
+    assert (work / "data-bin/pairs/train.src-tgt.src.bin").exists() and (work / "data-bin/pretrain/train.bin").exists()
+
+
 def test_the_recipe_restarts_at_the_table_and_fails_when_nothing_was_scored(recipe, tmp_path):
     work, _ = recipe
     out = run_ok(["bash", "recipes/seq2seq/run.sh", "--stage", "6"], env=recipe_env(work))

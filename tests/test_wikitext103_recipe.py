@@ -76,6 +76,10 @@ def test_distance_table_scores_every_test_token_as_eval_lm_does(trained):
 
 def test_recipe_restarts_at_a_stage(trained):
     env = dict(os.environ, WORK_DIR=str(trained), TOKENS_PER_SAMPLE="64")
+    dictionary = (trained / "data-bin/dict.txt").read_bytes()
+    run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "1", "--stop-stage", "1"],
+           env=dict(env, DATA_DIR=str(REPO / "recipes/wikitext103/sample")))
+    assert (trained / "data-bin/dict.txt").read_bytes() == dictionary  # the same corpus: preprocessed again
     out = run_ok(["bash", "recipes/wikitext103/run.sh", "--stage", "4"], env=env)
     assert "| spade_lm_wiki103 |" in out and "| spade_lm_wiki103, SSM output zeroed |" in out
     # scoring longer blocks than the model was trained on is refused, naming the checkpoint

@@ -6,8 +6,8 @@
 #
 # Stages: 0 the generated document sample (only with GENERATE_SAMPLE=1, conf/sample.sh), 1 tokenise
 # (SentencePiece trained on train.txt, or GPT-2 BPE when GPT2_ENCODER_JSON and GPT2_VOCAB_BPE are set),
-# 2 fairseq-preprocess, 3 fairseq-train --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes
-# from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
+# 2 fairseq-preprocess (a re-run keeps the dictionary or fails: binarise in recipes/common.sh), 3 fairseq-train
+# --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
 # masked tokens split by whether the same token is visible within the sliding window's reach
 # (ssm-mlm-evidence-ppl, with SSM outputs zeroed and a unigram row),
 # 6 sentence_prediction fine-tuning from each pre-trained checkpoint (--finetune-from-model: a restart resumes from
@@ -60,14 +60,13 @@ fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-preprocess $bpe_dir -> $data_bin"
-  run fairseq-preprocess --only-source --trainpref "$bpe_dir/train.bpe" --validpref "$bpe_dir/valid.bpe" \
-    --testpref "$bpe_dir/test.bpe" --destdir "$data_bin" --workers "$(nproc)"
+  binarise "$data_bin" --only-source --trainpref "$bpe_dir/train.bpe" --validpref "$bpe_dir/valid.bpe" \
+    --testpref "$bpe_dir/test.bpe" --workers "$(nproc)"
   if [[ -n "$labelled_dir" ]]; then
-    run fairseq-preprocess --only-source --trainpref "$bpe_dir/labelled/input0/train.bpe" \
-      --validpref "$bpe_dir/labelled/input0/valid.bpe" --srcdict "$data_bin/dict.txt" \
-      --destdir "$data_bin/labelled/input0" --workers "$(nproc)"
-    run fairseq-preprocess --only-source --trainpref "$bpe_dir/labelled/label/train.label" \
-      --validpref "$bpe_dir/labelled/label/valid.label" --destdir "$data_bin/labelled/label" --workers "$(nproc)"
+    binarise "$data_bin/labelled/input0" --only-source --trainpref "$bpe_dir/labelled/input0/train.bpe" \
+      --validpref "$bpe_dir/labelled/input0/valid.bpe" --srcdict "$data_bin/dict.txt" --workers "$(nproc)"
+    binarise "$data_bin/labelled/label" --only-source --trainpref "$bpe_dir/labelled/label/train.label" \
+      --validpref "$bpe_dir/labelled/label/valid.label" --workers "$(nproc)"
   fi
 fi
 

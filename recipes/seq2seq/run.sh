@@ -58,21 +58,19 @@ fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: fairseq-preprocess -> $data_bin (one dictionary, <mask> appended as the denoising task adds it)"
-  rm -rf "$data_bin" "$work_dir/dict"
   # one dictionary of every piece in the pre-training text and in both sides of the training pairs (the text
-  # SentencePiece was trained on), so that neither task meets <unk>
-  mkdir -p "$work_dir/dict"
-  cat "$bpe/pretrain.train.txt" "$bpe/train.src" "$bpe/train.tgt" > "$work_dir/dict/all.txt"
-  run fairseq-preprocess --only-source --trainpref "$work_dir/dict/all.txt" --destdir "$work_dir/dict" --dict-only \
-    --workers "$(nproc)"
+  # SentencePiece was trained on), so that neither task meets <unk>; a re-run keeps it or fails (binarise)
+  cat "$bpe/pretrain.train.txt" "$bpe/train.src" "$bpe/train.tgt" > "$work_dir/dictionary_text.txt"
+  binarise "$work_dir/dict" --only-source --trainpref "$work_dir/dictionary_text.txt" --dict-only --workers "$(nproc)"
   cp "$work_dir/dict/dict.txt" "$work_dir/dict.txt"
   echo "<mask> 1" > "$work_dir/dict.mask.txt"
   cat "$work_dir/dict.txt" "$work_dir/dict.mask.txt" > "$work_dir/dict.with-mask.txt"
-  run fairseq-preprocess --source-lang src --target-lang tgt --srcdict "$work_dir/dict.with-mask.txt" \
+  mkdir -p "$data_bin"
+  binarise "$data_bin/pairs" --source-lang src --target-lang tgt --srcdict "$work_dir/dict.with-mask.txt" \
     --tgtdict "$work_dir/dict.with-mask.txt" --trainpref "$bpe/train" --validpref "$bpe/valid" \
-    --testpref "$bpe/test" --destdir "$data_bin/pairs" --workers "$(nproc)"
-  run fairseq-preprocess --only-source --srcdict "$work_dir/dict.txt" --trainpref "$bpe/pretrain.train.txt" \
-    --validpref "$bpe/pretrain.valid.txt" --destdir "$data_bin/pretrain" --workers "$(nproc)"
+    --testpref "$bpe/test" --workers "$(nproc)"
+  binarise "$data_bin/pretrain" --only-source --srcdict "$work_dir/dict.txt" --trainpref "$bpe/pretrain.train.txt" \
+    --validpref "$bpe/pretrain.valid.txt" --workers "$(nproc)"
 fi
 
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then

@@ -100,9 +100,8 @@ if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
   for split in train valid test; do
     [[ -s "$data_dir/wiki.$split.tokens" ]] || { echo "missing or empty $data_dir/wiki.$split.tokens" >&2; exit 1; }
   done
-  run fairseq-preprocess --only-source --trainpref "$data_dir/wiki.train.tokens" \
-    --validpref "$data_dir/wiki.valid.tokens" --testpref "$data_dir/wiki.test.tokens" \
-    --destdir "$data_bin" --workers "$(nproc)"
+  binarise "$data_bin" --only-source --trainpref "$data_dir/wiki.train.tokens" \
+    --validpref "$data_dir/wiki.valid.tokens" --testpref "$data_dir/wiki.test.tokens" --workers "$(nproc)"
 fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
