@@ -8,7 +8,7 @@ The output follows fairseq's ``masked_lm`` conventions (the format RoBERTa's pre
 paragraph per line, an empty line between documents.
 
     python scripts/make_long_documents.py OUT_DIR [--train 16 --valid 2 --test 2 --words 4000 --seed 1]
-        [--name-pool 0] [--split-punctuation] [--labelled 400 --labelled-words 0]
+        [--name-pool 0] [--split-punctuation] [--labelled 400 --labelled-words 0 --labelled-evidence anywhere]
 
 writes ``OUT_DIR/{train,valid,test}.txt`` and, for ``sentence_prediction`` fine-tuning, the labelled
 passages ``OUT_DIR/labelled/{train,valid}.tsv`` (``label<TAB>text``, the label is the passage's setting).
@@ -17,7 +17,8 @@ Everything is deterministic given ``--seed``.
 A labelled passage is a few sentences of its setting by default, so a keyword anywhere in it decides the label.
 ``--labelled-words N`` writes instead passages of about ``N`` words whose sentences name no setting except one,
 placed anywhere: the label's only evidence is that sentence, which a classifier reading the first token's
-encoding (``sentence_prediction``) sees only if its encoder's reach spans the distance.
+encoding (``sentence_prediction``) sees only if its encoder's reach spans the distance. ``--labelled-evidence
+first`` puts that sentence first instead (the control: the same passages, the evidence next to the first token).
 
 By default every document invents its own names, so a word-level vocabulary built on the training split has
 never seen the names of a held-out document. ``--name-pool N`` draws every document's people and places from one
@@ -108,9 +109,10 @@ def neutral_sentence(rng: random.Random, cast: list[str], places: list[str]) -> 
     ])
 
 
-def labelled_passage(rng: random.Random, words: int = 0) -> tuple[str, str]:
+def labelled_passage(rng: random.Random, words: int = 0, evidence: str = "anywhere") -> tuple[str, str]:
     """A passage and its setting: a few sentences of the setting, or (``words`` > 0) about ``words`` words of
-    neutral sentences with one sentence of the setting at a uniformly drawn place."""
+    neutral sentences with one sentence of the setting at a uniformly drawn place (``evidence="anywhere"``) or
+    first (``"first"``)."""
     setting = rng.choice(sorted(SETTINGS))
     cast = [invented_name(rng) for _ in range(2)]
     places = [invented_name(rng)]
@@ -119,7 +121,8 @@ def labelled_passage(rng: random.Random, words: int = 0) -> tuple[str, str]:
     sentences: list[str] = []
     while sum(len(s.split()) for s in sentences) < words:
         sentences.append(neutral_sentence(rng, cast, places))
-    sentences.insert(rng.randint(0, len(sentences)), sentence(rng, setting, cast, places))
+    place = rng.randint(0, len(sentences))  # drawn either way: "first" keeps the passages of "anywhere"
+    sentences.insert(0 if evidence == "first" else place, sentence(rng, setting, cast, places))
     return setting, " ".join(sentences)
 
 
@@ -134,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labelled-words", type=int, default=0,
                         help="words per labelled passage, all neutral but one sentence of its setting (0: a few "
                              "sentences of the setting)")
+    parser.add_argument("--labelled-evidence", choices=("anywhere", "first"), default="anywhere",
+                        help="with --labelled-words: where the one sentence of the setting stands")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name-pool", type=int, default=0,
                         help="draw every document's names from one pool of this many (0: each invents its own)")
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             text = re.sub(r"([.,])(?= |$)", r" \1", text, flags=re.M)
         (args.out / f"{split}.txt").write_text(text, encoding="utf-8")
     (args.out / "labelled").mkdir(exist_ok=True)
-    passages = [labelled_passage(rng, args.labelled_words) for _ in range(args.labelled)]
+    passages = [labelled_passage(rng, args.labelled_words, args.labelled_evidence) for _ in range(args.labelled)]
     n_train = len(passages) * 4 // 5
     for split, rows in (("train", passages[:n_train]), ("valid", passages[n_train:])):
         text = "".join(f"{label}\t{passage}\n" for label, passage in rows)

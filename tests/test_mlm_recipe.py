@@ -134,24 +134,39 @@ def test_a_malformed_labelled_row_is_named(tmp_path):
     assert result.returncode != 0 and f"{raw}/labelled/valid.tsv:3" in result.stderr
 
 
-def test_long_labelled_passages_hold_their_only_evidence_anywhere(tmp_path):
-    """--labelled-words: every passage is neutral but for one sentence of its label's setting, at any place."""
+def evidence_places(tsv: Path) -> list[tuple[str, str, float]]:
+    """``(label, passage, place of its one sentence of a setting)`` per row; the place as a fraction of the passage's
+    sentences (0: first). Fails unless the passage has exactly one such sentence, of its label's setting."""
     sys.path.insert(0, str(REPO / "scripts"))
     from make_long_documents import SETTINGS
 
-    run_ok([str(BIN / "python"), "scripts/make_long_documents.py", str(tmp_path), "--train", "1", "--valid", "1",
-            "--test", "1", "--words", "50", "--labelled", "60", "--labelled-words", "300"])
-    places = []
-    for row in (tmp_path / "labelled/train.tsv").read_text().splitlines():
+    rows = []
+    for row in tsv.read_text().splitlines():
         label, text = row.split("\t")
         sentences = re.split(r"(?<=\.) ", text)
-        assert len(text.split()) >= 300
         evidence = [(i, setting) for i, s in enumerate(sentences) for setting, (nouns, verbs) in SETTINGS.items()
                     if set(re.findall(r"[a-z]+", s)) & set(nouns)]
         assert len(evidence) == 1 and evidence[0][1] == label, (label, evidence)
-        places.append(evidence[0][0] / len(sentences))
+        rows.append((label, text, evidence[0][0] / len(sentences)))
+    return rows
+
+
+def test_long_labelled_passages_hold_their_only_evidence_anywhere_or_first(tmp_path):
+    """--labelled-words: every passage is neutral but for one sentence of its label's setting, at any place; with
+    --labelled-evidence first, the same passages with that sentence first."""
+    generate = [str(BIN / "python"), "scripts/make_long_documents.py", "--train", "1", "--valid", "1", "--test", "1",
+                "--words", "50", "--labelled", "60", "--labelled-words", "300"]
+    run_ok([*generate, str(tmp_path / "anywhere")])
+    run_ok([*generate, str(tmp_path / "first"), "--labelled-evidence", "first"])
+    anywhere = evidence_places(tmp_path / "anywhere/labelled/train.tsv")
+    first = evidence_places(tmp_path / "first/labelled/train.tsv")
+    assert all(len(text.split()) >= 300 for _, text, _ in anywhere)
+    places = [place for *_, place in anywhere]
     # drawn uniformly: some in each third of their passage
     assert min(places) < 1 / 3 and max(places) > 2 / 3 and any(1 / 3 <= p <= 2 / 3 for p in places), places
+    assert all(place == 0 for *_, place in first)
+    assert [(label, sorted(text.split())) for label, text, _ in first] == \
+        [(label, sorted(text.split())) for label, text, _ in anywhere]  # the same words, only the order differs
 
 
 def test_kernel_plots_of_a_trained_checkpoint(recipe, tmp_path):

@@ -175,3 +175,28 @@ def test_a_config_saved_before_sinusoidal_positions_loads_as_trained():
     tokens = torch.randint(4, 100, (1, 50))
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens)[0], old(tokens)[0])
+
+
+def test_mssm_scale_sets_the_kernels_initial_eigenvalues():
+    """``--mssm-scale``: ``z_Lambda ~ N(ln(scale), 1)`` in every MSSM kernel (0.5, the transducer's default, if not
+    given). 8 kernels of 4 heads x 8 states here: the mean of the 256 draws lies within 4 standard errors."""
+    import math
+    torch.manual_seed(0)
+    for scale in (0.5, 0.02):
+        model = build("mssm_roberta_base", **TINY, **({} if scale == 0.5 else {"mssm_scale": scale}))
+        z = [p.detach().flatten() for name, p in model.named_parameters() if name.endswith("z_lambda")]
+        assert len(z) == 2 * TINY["encoder_layers"] * 2  # layers x directions x stacked stages
+        draws = torch.cat(z)
+        assert abs(draws.mean().item() - math.log(scale)) < 4 / math.sqrt(draws.numel()), draws.mean()
+
+
+def test_mssm_scale_per_head():
+    """``--mssm-scale 0.5,0.005``: each head's ``z_Lambda`` rows drawn around its own ``ln(scale)``."""
+    import math
+    torch.manual_seed(0)
+    model = build("mssm_roberta_base", **dict(TINY, ssm_heads=2), mssm_scale="0.5,0.005")
+    z = torch.stack([p.detach() for name, p in model.named_parameters() if name.endswith("z_lambda")])  # k x 2 x 8
+    for head, scale in enumerate((0.5, 0.005)):
+        assert abs(z[:, head].mean().item() - math.log(scale)) < 4 / math.sqrt(z[:, head].numel())
+    with pytest.raises(ValueError, match="one per head"):
+        build("mssm_roberta_base", **dict(TINY, ssm_heads=2), mssm_scale="0.5,0.5,0.5")

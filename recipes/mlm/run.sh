@@ -42,7 +42,8 @@ data_bin="$work_dir/data-bin"
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
     log "stage 0: generating the long-document sample into $raw_dir"
-    run python "$repo/scripts/make_long_documents.py" "$raw_dir" --labelled-words "${labelled_words:-0}"
+    run python "$repo/scripts/make_long_documents.py" "$raw_dir" --labelled-words "${labelled_words:-0}" \
+      --labelled-evidence "${labelled_evidence:-anywhere}" --labelled "${labelled_passages:-400}"
   else
     log "stage 0: using the corpus in $raw_dir (GENERATE_SAMPLE=0)"
   fi

@@ -48,6 +48,9 @@ class MaskedLMConfig(FairseqDataclass):
     ssm_heads: int = field(default=8, metadata={"help": "MSSM heads"})
     ssm_state_size: int = field(default=32, metadata={"help": "MSSM state size D_sh"})
     ssm_stack: int = field(default=2, metadata={"help": "stacked MSSM stages per direction"})
+    mssm_scale: str = field(
+        default="0.5", metadata={"help": "MSSM init: z_Lambda ~ N(ln(scale), 1), smaller is a longer memory; one value, "
+                                         "or one per head, comma-separated (heads of different memories)"})
     encoder_learned_pos: bool = field(
         default=False, metadata={"help": "learned absolute positions (local layers need these or sinusoidal ones)"})
     encoder_sinusoidal_pos: bool = field(
@@ -64,6 +67,12 @@ class MaskedLMConfig(FairseqDataclass):
     quant_noise_pq_block_size: int = field(default=8, metadata={"help": "unused, as quant_noise_pq"})
     spectral_norm_classification_head: bool = field(default=False, metadata={"help": "spectral norm in heads"})
     max_positions: Optional[int] = II("task.tokens_per_sample")
+
+
+def head_scales(value) -> float | tuple[float, ...]:
+    """``--mssm-scale``: ``"0.5"`` (or a float, as configurations store it) -> 0.5; ``"0.5,0.05"`` -> per head."""
+    scales = tuple(float(v) for v in str(value).split(","))
+    return scales[0] if len(scales) == 1 else scales
 
 
 @register_model("mssm_roberta", dataclass=MaskedLMConfig)
@@ -148,7 +157,8 @@ class MaskedLMEncoder(FairseqEncoder):
         layer_cfg = LayerConfig(
             dim=dim, ffn_dim=cfg.encoder_ffn_embed_dim, ffn_activation=cfg.activation_fn,
             attention_heads=cfg.encoder_attention_heads, ssm_heads=cfg.ssm_heads, ssm_stack=cfg.ssm_stack,
-            ssm_state_size=cfg.ssm_state_size, attention_window=cfg.attention_window, dropout=cfg.dropout,
+            ssm_state_size=cfg.ssm_state_size, mssm_scale=head_scales(cfg.mssm_scale), attention_window=cfg.attention_window,
+            dropout=cfg.dropout,
         )
         self.layers = nn.ModuleList(EncoderLayer(cfg.encoder_layer_type, layer_cfg) for _ in range(cfg.encoder_layers))
         self.final_norm = nn.LayerNorm(dim)

@@ -48,7 +48,7 @@ class LayerConfig:
     ssm_gating: str = "ihg"
     ssm_stack: int = 2
     ssm_state_size: int = 32
-    mssm_scale: float = 0.5
+    mssm_scale: float | tuple[float, ...] = 0.5  # one for all heads, or one per head
     s4_l_max: int = 2048
     conv_kernel_size: int = 31
     attention_window: int = 128

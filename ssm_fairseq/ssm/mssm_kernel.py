@@ -14,6 +14,7 @@ real Vandermonde product ``K_k = sum_n (C V)_n dA_n^k (V^T B)_n dt / (1 - dt mu_
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -29,19 +30,23 @@ class MSSMKernel(DiagonalSSMKernel):
         state_size: ``D_sh``, the state size of each head (32 in the paper).
         out_channels: output expansion ``C`` (1 for GELU, 2 for GLU or inter-head gating).
         heads: number of heads, each with its own ``Lambda``, ``p`` and ``B``.
-        scale: ``z ~ N(ln(scale), 1)``; the paper leaves its value open, 0.5 matches S4D's ``Re(A) = -1/2``.
+        scale: ``z ~ N(ln(scale), 1)``; the paper leaves its value open, 0.5 matches S4D's ``Re(A) = -1/2``. A
+            sequence gives each head its own (``heads`` values): a smaller scale means slower decay, a longer memory.
     """
 
-    def __init__(self, channels: int, state_size: int = 32, out_channels: int = 1, heads: int = 1, scale: float = 0.5):
+    def __init__(self, channels: int, state_size: int = 32, out_channels: int = 1, heads: int = 1,
+                 scale: float | Sequence[float] = 0.5):
         super().__init__(channels, state_size, out_channels)
         if heads < 1:
             raise ValueError(f"heads must be at least 1, got {heads}")
         if channels % heads:
             raise ValueError(f"channels ({channels}) must be a multiple of heads ({heads})")
-        if scale <= 0:
-            raise ValueError(f"scale must be positive, got {scale}")
+        scales = [float(scale)] * heads if isinstance(scale, (int, float)) else [float(s) for s in scale]
+        if len(scales) != heads or min(scales) <= 0:
+            raise ValueError(f"scale must be positive, one value or one per head ({heads}), got {scale}")
         self.heads = heads
-        self.z_lambda = nn.Parameter(torch.randn(heads, state_size) + math.log(scale))
+        log_scales = torch.tensor([math.log(s) for s in scales]).unsqueeze(-1)
+        self.z_lambda = nn.Parameter(torch.randn(heads, state_size) + log_scales)
         self.p = nn.Parameter(torch.randn(heads, state_size))
         self.B = nn.Parameter(torch.randn(heads, state_size))
         self.C = nn.Parameter(torch.randn(out_channels, channels, state_size))

@@ -7,6 +7,10 @@ generate_sample="${GENERATE_SAMPLE:-1}"
 # evidence is one sentence anywhere in them (400 words, some 900 pieces, were not learned by either model in 12
 # epochs: docs/masked_lm.md)
 labelled_words="${LABELLED_WORDS:-0}"
+# with LABELLED_WORDS: where the one sentence of the setting stands (anywhere, or first: the control) and how many
+# passages (4/5 train, 1/5 valid)
+labelled_evidence="${LABELLED_EVIDENCE:-anywhere}"
+labelled_passages="${LABELLED_PASSAGES:-400}"
 vocab_size="${VOCAB_SIZE:-256}"
 archs="${ARCHS:-mssm_roberta_base local_roberta_base}"
 model_args="${MODEL_ARGS:---encoder-layers 2 --encoder-embed-dim 64 --encoder-attention-heads 4 --ssm-heads 4 \
