@@ -13,7 +13,10 @@ any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, o
 * refuses NaN or inf in the model's parameters, naming the first such parameter (otherwise decoding would blame
   the audio for the scores they make, and training would go on from them);
 * when ``fairseq-train`` resumes (``Trainer.load_checkpoint``, patched to say so), compares the checkpoint's model
-  configuration with the run's (``config_differences``) and refuses a difference, naming the fields.
+  configuration with the run's (``config_differences``) and refuses a difference, naming the fields;
+* when the resumed checkpoint has already done ``--max-update`` updates, ends ``fairseq-train`` there (exit 0,
+  saying so): fairseq would take one more update before checking, so re-running a finished training changed its
+  checkpoints.
 
 ``load_model_ensemble_and_task`` (``fairseq-generate --path``) is wrapped too, to put the checkpoint's path in front
 of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task that builds its model.
@@ -328,9 +331,15 @@ def _comparing_the_model(load_checkpoint):
     def trainer_load_checkpoint(self, *args, **kwargs):
         token = _resumed_model_cfg.set(self.cfg.model)
         try:
-            return load_checkpoint(self, *args, **kwargs)
+            extra_state = load_checkpoint(self, *args, **kwargs)
         finally:
             _resumed_model_cfg.reset(token)
+        max_update = self.cfg.optimization.max_update
+        if extra_state is not None and 0 < max_update <= self.get_num_updates():
+            logger.info(f"{args[0] if args else kwargs.get('filename')} has done {self.get_num_updates()} updates, "
+                        f"--max-update is {max_update}: nothing to train, its checkpoints left as they are")
+            raise SystemExit(0)
+        return extra_state
 
     trainer_load_checkpoint.checks_the_checkpoint = True
     return trainer_load_checkpoint

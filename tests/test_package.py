@@ -85,7 +85,8 @@ def test_console_commands_are_package_functions():
     import tomllib
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert sorted(scripts) == ["ssm-average-checkpoints", "ssm-lm-distance-ppl", "ssm-mlm-evidence-ppl",
-                               "ssm-plot-kernels", "ssm-prepare-librispeech", "ssm-prepare-lm-text", "ssm-transcribe"]
+                               "ssm-mlm-reach", "ssm-plot-kernels", "ssm-prepare-librispeech", "ssm-prepare-lm-text",
+                               "ssm-transcribe"]
     for name, target in scripts.items():
         module, function = target.split(":")
         assert module.startswith("ssm_fairseq.") and function == "main", (name, target)

@@ -7,7 +7,8 @@ loss at every later update (``--log-format json --log-interval 1``) and end with
 optimizer, learning rate, data iterator position and random state are all restored. fairseq reseeds torch from
 ``--seed`` plus the update count before every update, so dropout repeats; fairseq's SpecAugment draws from numpy's
 global generator, which no checkpoint holds, so its masks repeat only because the speech task draws every training
-item under a seed of its own (``SeededItems``).
+item under a seed of its own (``SeededItems``). The finished run started again trains no more and leaves its
+checkpoint unchanged.
 """
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def assert_resume_repeats_the_run(command: list[str], work: Path, max_update: in
                for run in ("full", "resumed")]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    # the finished run started again: fairseq would take one more update before checking --max-update
+    finished = (work / "full/checkpoint_last.pt").read_bytes()
+    again = run_ok([*command, *schedule, "--save-dir", str(work / "full")])
+    assert f"has done {max_update} updates, --max-update is {max_update}: nothing to train" in again, again[-2000:]
+    assert not per_update_log(again) and (work / "full/checkpoint_last.pt").read_bytes() == finished
 
 
 def test_transducer_resumes_exactly(tmp_path):

@@ -27,7 +27,8 @@ COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-transcribe": "ssm_fairseq.transcribe",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels",
             "ssm-lm-distance-ppl": "ssm_fairseq.cli.lm_distance_perplexity",
-            "ssm-mlm-evidence-ppl": "ssm_fairseq.cli.mlm_evidence_perplexity"}
+            "ssm-mlm-evidence-ppl": "ssm_fairseq.cli.mlm_evidence_perplexity",
+            "ssm-mlm-reach": "ssm_fairseq.cli.mlm_reach"}
 
 
 def run_in(directory: Path, cmd: list[str], env: dict) -> str:

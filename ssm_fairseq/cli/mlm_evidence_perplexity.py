@@ -131,12 +131,19 @@ def table(rows: list[tuple[str, int | None, BucketLoss]], reach: int, split: str
     return "\n".join([header, "|---|---|---|---|---|---|", *table_rows([(n, p, [loss]) for n, p, loss in rows])])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def checkpoints_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of the masked-LM evaluation commands: ``DATA_BIN``, ``--checkpoint NAME=PATH`` (repeated),
+    ``--split``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("data_bin", type=Path, help="fairseq-preprocess output of the pre-training text")
     parser.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
                         help="a masked LM checkpoint and the name of its row (repeat)")
     parser.add_argument("--split", default="test")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = checkpoints_parser(__doc__.split("\n")[0])
     parser.add_argument("--reach", type=int,
                         help="inside/outside boundary in tokens (default: the first sliding-window model's "
                              "layers x window)")

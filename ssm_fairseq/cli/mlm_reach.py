@@ -15,14 +15,12 @@ final features, what a classification head reads). A distance that fits no block
 """
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
 import torch
 
 from .bucketed_perplexity import named_checkpoints
-from .mlm_evidence_perplexity import batches, load
+from .mlm_evidence_perplexity import batches, checkpoints_parser, load
 
 logger = logging.getLogger("mlm_reach")
 
@@ -68,17 +66,13 @@ def table(rows: list[tuple[str, dict[int, tuple[float, int]]]], span: int, split
     lines = [f"| {split}: first token's change, {span} tokens replaced at distance d | {header} |",
              "|---" * (len(counts) + 1) + "|"]
     for name, changes in rows:
-        cells = " | ".join(f"{mean:.4f}" if count else "no block that long" for mean, count in changes.values())
+        cells = " | ".join(f"{mean:.3g}" if count else "no block that long" for mean, count in changes.values())
         lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("data_bin", type=Path, help="fairseq-preprocess output of the pre-training text")
-    parser.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
-                        help="a masked LM checkpoint and the name of its row (repeat)")
-    parser.add_argument("--split", default="test")
+    parser = checkpoints_parser(__doc__.split("\n")[0])
     parser.add_argument("--distances", type=int, nargs="+", default=[1, 64, 128, 256, 512, 1024, 2048],
                         help="positions where the replaced span starts (position 0 is the first token)")
     parser.add_argument("--span", type=int, default=16, help="tokens replaced")
