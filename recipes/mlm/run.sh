@@ -7,9 +7,10 @@
 # Stages: 0 the generated document sample (only with GENERATE_SAMPLE=1, conf/sample.sh), 1 tokenise
 # (SentencePiece trained on train.txt, or GPT-2 BPE when GPT2_ENCODER_JSON and GPT2_VOCAB_BPE are set),
 # 2 fairseq-preprocess (a re-run keeps the dictionary or fails: binarise in recipes/common.sh), 3 fairseq-train
-# --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes from checkpoint_last.pt), 4 fairseq-validate on valid and test, 5 a markdown perplexity table, then the same
-# masked tokens split by whether the same token is visible within the sliding window's reach
-# (ssm-mlm-evidence-ppl, with SSM outputs zeroed and a unigram row),
+# --task masked_lm at TOKENS_PER_SAMPLE (4096) for each of ARCHS (resumes from checkpoint_last.pt), 4
+# fairseq-validate on valid and test, 5 a markdown perplexity table, then the same masked tokens split by whether
+# the same token is visible within the sliding window's reach (ssm-mlm-evidence-ppl, with SSM outputs zeroed and a
+# unigram row),
 # 6 sentence_prediction fine-tuning from each pre-trained checkpoint (--finetune-from-model: a restart resumes from
 # the fine-tuned checkpoint_last.pt) on LABELLED_DIR's TSV with an accuracy table (skipped, saying so, when
 # LABELLED_DIR is empty). Every stage can be re-run on its own.

@@ -1,14 +1,14 @@
 """How far a masked LM's first token sees (``ssm-mlm-reach``): the change of its final features when a span of
-tokens at distance ``d`` is replaced by random ones.
+tokens at distance ``d`` is replaced by other tokens.
 
 ``sentence_prediction`` classifies a document from the features of its first token (``<s>``), so a label whose
 evidence lies anywhere in a long document needs that token to respond to text far from it. A sliding-window
 encoder of ``n`` layers with ``w`` keys each side cannot respond beyond ``n x w`` tokens; an SSM encoder can, as
 strongly as its kernels' decay allows. For every block of a split (the checkpoint's ``masked_lm`` blocks, with the
 original tokens at the masked positions) and every distance ``d`` of ``--distances`` that fits in the block, the
-``--span`` tokens from position ``d`` are replaced by tokens drawn from the same block's (seeded),
-and the table gives, per checkpoint, the mean over blocks of ``|h'_0 - h_0| / |h_0|`` (``h_0``: the first token's
-final features, what a classification head reads). A distance that fits no block is reported as such, not scored.
+``--span`` tokens from position ``d`` are replaced by tokens drawn from the same block (seeded), and the table
+gives, per checkpoint, the mean over blocks of ``|h'_0 - h_0| / |h_0|`` (``h_0``: the first token's final
+features, what a classification head reads). A distance that fits no block is reported as such, not scored.
 
     ssm-mlm-reach DATA_BIN --checkpoint mssm=ckpt/mssm/checkpoint_best.pt \\
         --checkpoint local=ckpt/local/checkpoint_best.pt --split test --distances 1 128 256 512 1024 2048

@@ -71,7 +71,10 @@ class MaskedLMConfig(FairseqDataclass):
 
 def head_scales(value) -> float | tuple[float, ...]:
     """``--mssm-scale``: ``"0.5"`` (or a float, as configurations store it) -> 0.5; ``"0.5,0.05"`` -> per head."""
-    scales = tuple(float(v) for v in str(value).split(","))
+    try:
+        scales = tuple(float(v) for v in str(value).split(","))
+    except ValueError:
+        raise ValueError(f"--mssm-scale takes a number or one per head, comma-separated, got {value!r}") from None
     return scales[0] if len(scales) == 1 else scales
 
 
