@@ -4,8 +4,8 @@ raw_dir="${RAW_DIR:-$work_dir/raw}"
 labelled_dir="${LABELLED_DIR:-$work_dir/raw/labelled}"
 generate_sample="${GENERATE_SAMPLE:-1}"
 # 0: short labelled passages of their setting (a keyword decides the label); N: passages of about N words whose only
-# evidence is one sentence anywhere in them (400 words, some 900 pieces, were not learned by either model in 12
-# epochs: docs/masked_lm.md)
+# evidence is one sentence anywhere in them (at 400 words, some 1,090 pieces, the MSSM model stays at chance: its
+# first token forgets within about a hundred tokens; docs/masked_lm.md, "How far the first token sees")
 labelled_words="${LABELLED_WORDS:-0}"
 # with LABELLED_WORDS: where the one sentence of the setting stands (anywhere, or first: the control) and how many
 # passages (4/5 train, 1/5 valid)
