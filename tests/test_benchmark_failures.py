@@ -10,7 +10,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "spade
 
 
 def test_spade_seq2seq_fails_when_a_configuration_did_not_run(monkeypatch, capsys):
-    import measurement  # noqa: E402  (scripts/benchmarks, put on sys.path below)
+    import measurement  # scripts/benchmarks, on sys.path by the fixture below
 
     def fails(*args, **kwargs):
         raise subprocess.CalledProcessError(137, "child")

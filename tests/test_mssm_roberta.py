@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -180,7 +181,6 @@ def test_a_config_saved_before_sinusoidal_positions_loads_as_trained():
 def test_mssm_scale_sets_the_kernels_initial_eigenvalues():
     """``--mssm-scale``: ``z_Lambda ~ N(ln(scale), 1)`` in every MSSM kernel (0.5, the transducer's default, if not
     given). 8 kernels of 4 heads x 8 states here: the mean of the 256 draws lies within 4 standard errors."""
-    import math
     torch.manual_seed(0)
     for scale in (0.5, 0.02):
         model = build("mssm_roberta_base", **TINY, **({} if scale == 0.5 else {"mssm_scale": scale}))
@@ -192,7 +192,6 @@ def test_mssm_scale_sets_the_kernels_initial_eigenvalues():
 
 def test_mssm_scale_per_head():
     """``--mssm-scale 0.5,0.005``: each head's ``z_Lambda`` rows drawn around its own ``ln(scale)``."""
-    import math
     torch.manual_seed(0)
     model = build("mssm_roberta_base", **dict(TINY, ssm_heads=2), mssm_scale="0.5,0.005")
     z = torch.stack([p.detach() for name, p in model.named_parameters() if name.endswith("z_lambda")])  # k x 2 x 8
