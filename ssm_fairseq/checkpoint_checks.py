@@ -17,6 +17,9 @@ any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, o
 * when the resumed checkpoint has already done ``--max-update`` updates, ends ``fairseq-train`` there (exit 0,
   saying so): fairseq would take one more update before checking, so re-running a finished training changed its
   checkpoints.
+* puts the checkpoint's path in front of a ``DictionaryMismatchError`` raised while ``fairseq-train`` loads its
+  weights (the text models' dictionary digests, ``models/dictionary_digest.py``), which fairseq would replace by
+  "please ensure that the architectures match".
 
 ``load_model_ensemble_and_task`` (``fairseq-generate --path``) is wrapped too, to put the checkpoint's path in front
 of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task that builds its model.
@@ -55,6 +58,7 @@ from fairseq import checkpoint_utils
 from fairseq.trainer import Trainer
 from omegaconf import OmegaConf
 
+from .checkpoint_errors import CheckpointError, DictionaryMismatchError, FeatureMismatchError
 from .models.architecture import registered_config_defaults
 
 logger = logging.getLogger(__name__)
@@ -66,19 +70,6 @@ FEATURES_ROLE = "features"
 EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
 TRANSFORM_NAMES = {"utterance_cmvn": "utterance CMVN", "global_cmvn": "global CMVN"}  # as messages name them
 _resumed_model_cfg: contextvars.ContextVar = contextvars.ContextVar("resumed_model_cfg", default=None)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that must not be used: corrupted bytes, non-finite weights, another model configuration."""
-
-
-class DictionaryMismatchError(CheckpointError):
-    """A model trained with other dictionary files than those it is given (its labels mean other units)."""
-
-
-class FeatureMismatchError(CheckpointError):
-    """A model given other features than it was trained on (another CMVN, other global CMVN statistics, other
-    feature transforms or width): it would transcribe garbage."""
 
 
 def is_unreadable_file_error(error: BaseException) -> bool:
@@ -332,6 +323,12 @@ def _comparing_the_model(load_checkpoint):
         token = _resumed_model_cfg.set(self.cfg.model)
         try:
             extra_state = load_checkpoint(self, *args, **kwargs)
+        except Exception as error:  # fairseq re-raises what loading the weights raised as "architectures differ"
+            cause = error.__context__
+            if isinstance(cause, DictionaryMismatchError) and not isinstance(error, DictionaryMismatchError):
+                raise DictionaryMismatchError(f"checkpoint {args[0] if args else kwargs.get('filename')}: "
+                                              f"{cause}") from error
+            raise
         finally:
             _resumed_model_cfg.reset(token)
         max_update = self.cfg.optimization.max_update

@@ -86,7 +86,7 @@ def test_console_commands_are_package_functions():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert sorted(scripts) == ["ssm-average-checkpoints", "ssm-lm-distance-ppl", "ssm-mlm-evidence-ppl",
                                "ssm-mlm-reach", "ssm-plot-kernels", "ssm-prepare-librispeech", "ssm-prepare-lm-text",
-                               "ssm-transcribe"]
+                               "ssm-seq2seq-attention", "ssm-transcribe"]
     for name, target in scripts.items():
         module, function = target.split(":")
         assert module.startswith("ssm_fairseq.") and function == "main", (name, target)

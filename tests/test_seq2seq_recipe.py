@@ -79,6 +79,17 @@ def test_fine_tuning_learns_the_targets(recipe):
         assert valid and float(valid[-1]) < math.log2(vocabulary) - 1.5, (arch, valid, vocabulary)
 
 
+def test_the_cross_attention_table_measures_every_test_example(recipe):
+    """``ssm-seq2seq-attention`` on a fine-tuned checkpoint: every test target's markers occur in its source."""
+    work, _ = recipe
+    out = run_ok([str(BIN / "ssm-seq2seq-attention"), str(work / "data-bin/pairs"), "--path",
+                  str(work / "checkpoints/spade_t5_small/finetune/checkpoint_best.pt")])
+    assert re.search(r"target token 1: 100 examples, uniform 0\.0\d\d \| target token 2: 100 examples", out), out
+    for layer in (1, 2):  # the sample conf's 2 decoder layers, 4 heads each
+        assert re.search(rf"^\| decoder layer {layer} \| ([0-9.]+ ){{3}}[0-9.]+ \| ([0-9.]+ ){{3}}[0-9.]+ \|$", out,
+                         flags=re.M), out
+
+
 def test_no_unknown_pieces_in_the_pretraining_data(recipe):
     """The dictionary covers the pre-training text too (it was built from the pairs only: 91% <unk>)."""
     work, _ = recipe

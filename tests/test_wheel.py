@@ -28,7 +28,8 @@ COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels",
             "ssm-lm-distance-ppl": "ssm_fairseq.cli.lm_distance_perplexity",
             "ssm-mlm-evidence-ppl": "ssm_fairseq.cli.mlm_evidence_perplexity",
-            "ssm-mlm-reach": "ssm_fairseq.cli.mlm_reach"}
+            "ssm-mlm-reach": "ssm_fairseq.cli.mlm_reach",
+            "ssm-seq2seq-attention": "ssm_fairseq.cli.seq2seq_attention"}
 
 
 def run_in(directory: Path, cmd: list[str], env: dict) -> str:

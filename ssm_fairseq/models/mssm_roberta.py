@@ -26,6 +26,7 @@ from ..modules.dropout import LeanDropout
 from ..modules.encoder_layer import EncoderLayer, LayerConfig
 from ..modules.feed_forward import ACTIVATIONS
 from .architecture import fill_config_defaults, set_defaults
+from .dictionary_digest import RemembersDictionaries
 from .task_check import require_text_task
 
 LAYER_TYPES = ("mssm", "local")
@@ -79,7 +80,7 @@ def head_scales(value) -> float | tuple[float, ...]:
 
 
 @register_model("mssm_roberta", dataclass=MaskedLMConfig)
-class MaskedSSMLanguageModel(FairseqEncoderModel):
+class MaskedSSMLanguageModel(RemembersDictionaries, FairseqEncoderModel):
     """Architecture ``mssm_roberta`` (the config's defaults): ``mssm_roberta_base``."""
 
     def __init__(self, cfg: MaskedLMConfig, encoder: "MaskedLMEncoder"):
@@ -97,7 +98,9 @@ class MaskedSSMLanguageModel(FairseqEncoderModel):
         if cfg.encoder_layer_type == "local" and not (cfg.encoder_learned_pos or cfg.encoder_sinusoidal_pos):
             raise ValueError("--encoder-layer-type local needs --encoder-learned-pos or --encoder-sinusoidal-pos: "
                              "windowed attention alone does not see token order")
-        return cls(cfg, MaskedLMEncoder(cfg, task.source_dictionary))
+        model = cls(cfg, MaskedLMEncoder(cfg, task.source_dictionary))
+        model.remember_dictionaries(source=task.source_dictionary)
+        return model
 
     def forward(self, src_tokens: Tensor, features_only: bool = False, return_all_hiddens: bool = False,
                 classification_head_name: Optional[str] = None, **kwargs):

@@ -26,6 +26,7 @@ from ..modules.dropout import LeanDropout
 from ..modules.feed_forward import ACTIVATIONS
 from ..modules.spade_layer import SpadeLayer
 from .architecture import fill_config_defaults, set_defaults
+from .dictionary_digest import RemembersDictionaries
 from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
@@ -67,7 +68,7 @@ class SpadeLMConfig(FairseqDataclass):
 
 
 @register_model("spade_lm", dataclass=SpadeLMConfig)
-class SpadeLanguageModel(FairseqLanguageModel):
+class SpadeLanguageModel(RemembersDictionaries, FairseqLanguageModel):
     """Architecture ``spade_lm`` (the config's defaults): 6 layers of 512, FFN 2048, 8 heads, window 128, a
     frozen S4-LegS (N = 64) global layer at the bottom."""
 
@@ -85,7 +86,9 @@ class SpadeLanguageModel(FairseqLanguageModel):
             embed_tokens = nn.Embedding(len(dictionary), cfg.decoder_embed_dim, dictionary.pad())
             nn.init.normal_(embed_tokens.weight, mean=0, std=cfg.decoder_embed_dim**-0.5)
             nn.init.constant_(embed_tokens.weight[dictionary.pad()], 0)
-        return cls(SpadeDecoder(cfg, task.target_dictionary, embed_tokens))
+        model = cls(SpadeDecoder(cfg, task.target_dictionary, embed_tokens))
+        model.remember_dictionaries(source=dictionary, target=task.target_dictionary)
+        return model
 
 
 class SpadeDecoder(LayerCacheDecoder):

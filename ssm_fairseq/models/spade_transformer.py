@@ -27,6 +27,7 @@ from ..modules.relative_position import RelativePositionBias
 from ..modules.spade_layer import SpadeLayer
 from ..modules.ssm_ablation import zero_ssm_outputs
 from .architecture import fill_config_defaults, set_defaults
+from .dictionary_digest import RemembersDictionaries
 from .layer_cache_decoder import LayerCacheDecoder
 from .task_check import require_text_task
 
@@ -93,7 +94,7 @@ def _embedding(dictionary, dim: int) -> nn.Embedding:
 
 
 @register_model("spade_transformer", dataclass=SpadeTransformerConfig)
-class SpadeTransformerModel(FairseqEncoderDecoderModel):
+class SpadeTransformerModel(RemembersDictionaries, FairseqEncoderDecoderModel):
     """Architecture ``spade_transformer`` (the config's defaults): 6+6 layers of 512, FFN 2048, 8 heads."""
 
     @classmethod
@@ -110,6 +111,7 @@ class SpadeTransformerModel(FairseqEncoderDecoderModel):
         else:
             decoder_embed = _embedding(target, cfg.embed_dim)
         model = cls(SpadeEncoder(cfg, source, encoder_embed), SpadeSeq2SeqDecoder(cfg, target, decoder_embed))
+        model.remember_dictionaries(source=source, target=target)
         if cfg.ssm_ablation:
             zeroed, _ = zero_ssm_outputs(model)
             logger.info("--ssm-ablation: the outputs of %d SSM sub-layers are zeroed", zeroed)

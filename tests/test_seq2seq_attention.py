@@ -1,0 +1,51 @@
+"""Cross-attention weights kept for diagnostics, and ``ssm-seq2seq-attention``'s share on the predicted token's
+copies, against attention made uniform by construction."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import test_spade_transformer
+from ssm_fairseq.cli.seq2seq_attention import attention_on_copies
+from ssm_fairseq.modules.cross_attention import CrossAttention
+
+torch.set_num_threads(2)
+
+
+def test_kept_weights_are_the_softmax_the_output_is_made_of_and_change_nothing():
+    torch.manual_seed(0)
+    attention = CrossAttention(16, 4).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
+    padding = torch.zeros(2, 7, dtype=torch.bool)
+    padding[1, 5:] = True
+    plain = attention(x, memory, padding)
+    attention.keep_weights = True
+    kept = attention(x, memory, padding)
+    weights = attention.last_weights
+    assert torch.equal(plain, kept)
+    assert weights.shape == (2, 4, 3, 7)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 3))
+    assert weights[1, :, :, 5:].abs().max() == 0  # padding gets nothing
+    v = attention.kv_proj(memory).view(2, 7, 2, 4, 4)[:, :, 1].transpose(1, 2)  # B x heads x S x 4
+    rebuilt = attention.out_proj((weights @ v).transpose(1, 2).reshape(2, 3, 16))
+    assert torch.allclose(rebuilt, kept, atol=1e-6)
+
+
+def test_uniform_attention_gives_each_token_its_share_of_the_source():
+    """With every decoder query projection zeroed, attention is uniform: the share on the copies of each target
+    token is their count over the source length, what the table prints as uniform."""
+    torch.manual_seed(0)
+    model = test_spade_transformer.build().eval()
+    for module in model.decoder.modules():
+        if isinstance(module, CrossAttention):
+            torch.nn.init.zeros_(module.q_proj.weight)
+            torch.nn.init.zeros_(module.q_proj.bias)
+    dataset = [{"source": torch.tensor([5, 6, 7, 5, 8, 5, 9, 2]), "target": torch.tensor([5, 9, 2])},
+               {"source": torch.tensor([10, 11, 12, 13, 2]), "target": torch.tensor([11, 20, 2])}]
+    shares, uniform, counts = attention_on_copies(model, dataset, positions=3)
+    assert counts == [2, 1, 2]  # token 20 is in no source; the final eos is in both
+    assert uniform == pytest.approx([(3 / 8 + 1 / 5) / 2, 1 / 8, (1 / 8 + 1 / 5) / 2])
+    for p in range(3):
+        for layer in shares[p]:
+            assert torch.allclose(layer, torch.full_like(layer, uniform[p]))
+    assert all(not module.keep_weights for module in model.modules() if isinstance(module, CrossAttention))
