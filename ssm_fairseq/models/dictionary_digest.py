@@ -5,8 +5,8 @@ fairseq's text tasks (``language_modeling``, ``translation``, ``denoising``, ``m
 ids mean whatever that file lists. A corpus prepared again (``fairseq-preprocess`` builds a new ``dict.txt``: other
 pieces, or the same ones in another order) gives an old checkpoint's ids other meanings; with as many entries as
 before, every command ran on and printed numbers of nonsense. So each text model of this package keeps, per
-dictionary, the SHA-256 of its symbols in id order as a buffer (``source_dictionary_digest``, and
-``target_dictionary_digest`` where the target has its own): it is saved with the weights, and
+dictionary, the SHA-256 of its symbols in id order as a buffer (``source_dictionary_digest``, and for the SPADE LM
+and encoder-decoder ``target_dictionary_digest``, the decoder's): it is saved with the weights, and
 ``load_state_dict``, which every fairseq path into a model goes through (``fairseq-generate``, ``fairseq-eval-lm``,
 ``fairseq-validate``, resuming, ``--finetune-from-model``, this package's commands and LM fusion), compares it with
 the digest of the dictionary the model was just built with, raising ``DictionaryMismatchError`` on a difference.
@@ -52,7 +52,7 @@ class RemembersDictionaries:
             self.register_buffer(role + DIGEST_SUFFIX, dictionary_digest(dictionary))
 
     def load_state_dict(self, state_dict, strict: bool = True, model_cfg=None, args=None):
-        for role, size in self.dictionary_sizes.items():
+        for role, size in getattr(self, "dictionary_sizes", {}).items():  # none: built without build_model
             name = role + DIGEST_SUFFIX
             digest, stored = getattr(self, name), state_dict.get(name)
             if stored is None:
