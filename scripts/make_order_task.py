@@ -5,10 +5,11 @@ Each source is ``--length`` filler words with two different marker words inserte
 row), the first at least ``--margin`` words from the start, the second at least ``--gap`` words after it and
 ``--margin`` words before the end; the target is the two markers in the order they occur. Which markers occur
 can be read off by cross-attention from any encoder; their order cannot unless the encoder combines the two
-far-apart positions: with attention windows whose reach (layers x window) is below ``--gap`` and ``--margin``,
-each marker's encoding depends only on random filler around it, the same wherever it stands, and a local-only
-encoder can do no better than guessing the order (half of the examples exactly right). SPADE's S4 layer sees the
-whole source.
+far-apart positions. With attention windows whose reach (layers x window) is below ``--margin`` and below half of
+``--gap``, no position's encoding depends on both markers (each marker's is the same wherever it stands), and a
+local-only encoder can do no better than guessing the order (half of the examples exactly right). With a reach
+between half of ``--gap`` and ``--gap``, the markers' encodings still do not see each other, but filler words
+between them see both, and a local model can learn the order from those. SPADE's S4 layer sees the whole source.
 
     python scripts/make_order_task.py OUT_DIR [--train 2000 --length 600 --margin 150 --gap 150 --run 1 --seed 1]
 

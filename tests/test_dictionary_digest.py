@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ torch.set_num_threads(2)
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+
 
 BUILDERS = {
     "spade_lm": lambda: spade_cases.build("spade_lm", *spade_cases.SMALL)[0],

@@ -102,8 +102,8 @@ def test_no_unknown_pieces_in_the_pretraining_data(recipe):
 
 def test_the_markers_lie_beyond_the_windows_reach(recipe):
     """Two markers per source (conf/sample.sh: each 4 times in a row), farther than the encoder's reach from each
-    other and from either end (what keeps a local-only encoder from ordering them); the target is the two in
-    source order."""
+    other and from either end (no marker's encoding sees the other; fillers between them do, the gap being under
+    twice the reach: docs/seq2seq.md); the target is the two in source order."""
     work, _ = recipe
     sources = (work / "bpe/test.src").read_text().splitlines()
     targets = (work / "bpe/test.tgt").read_text().splitlines()

@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model, task = load(args.path, args.data_bin)
     task.load_dataset(args.split, combine=False, epoch=1)
+    logger.info("teacher-forcing the %d examples of %s", len(task.dataset(args.split)), args.split)
     shares, uniform, counts = attention_on_copies(model, task.dataset(args.split), args.positions)
     if not any(counts):
         raise SystemExit(f"{args.split}: no target token among the first {args.positions} occurs in its source: "

@@ -1,8 +1,9 @@
 # The generated sample: denoising pre-training on short generated stories (scripts/make_long_documents.py),
 # fine-tuning on the far-ordering task (scripts/make_order_task.py: two marker words, each 4 times in a row, among
 # 120 filler words, at least 35 words apart and from either end; the target is the two markers in source order),
-# small models that run on a CPU: 2 + 2 layers of 128 whose attention windows reach 2 x 16 pieces, so that only
-# the S4 layer can see both markers. Every variable can be set by its upper-case name.
+# small models that run on a CPU: 2 + 2 layers of 128 whose attention windows reach 2 x 16 pieces, so that no
+# marker's encoding sees the other (filler words between them see both: a gap under twice the reach lets a local
+# model learn the order from them, docs/seq2seq.md). Every variable can be set by its upper-case name.
 raw_dir="${RAW_DIR:-$work_dir/raw}"
 generate_sample="${GENERATE_SAMPLE:-1}"
 order_examples="${ORDER_EXAMPLES:-2000}"
