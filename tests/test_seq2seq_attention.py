@@ -1,12 +1,12 @@
 """Cross-attention weights kept for diagnostics, and ``ssm-seq2seq-attention``'s share on the predicted token's
-copies, against attention made uniform by construction."""
+copies, against attention made uniform by construction, and its encoder spread against encodings fixed by hand."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import test_spade_transformer
-from ssm_fairseq.cli.seq2seq_attention import attention_on_copies
+from ssm_fairseq.cli.seq2seq_attention import attention_on_copies, encoder_spread
 from ssm_fairseq.modules.cross_attention import CrossAttention
 
 torch.set_num_threads(2)
@@ -49,3 +49,33 @@ def test_uniform_attention_gives_each_token_its_share_of_the_source():
         for layer in shares[p]:
             assert torch.allclose(layer, torch.full_like(layer, uniform[p]))
     assert all(not module.keep_weights for module in model.modules() if isinstance(module, CrossAttention))
+
+
+class FixedEncoder(torch.nn.Module):
+    """An encoder whose output at a position is ``vectors[piece] + shifts[position]`` (``L x 1 x D``, as fairseq's)."""
+
+    def __init__(self, vectors: torch.Tensor, shifts: torch.Tensor):
+        super().__init__()
+        self.vectors, self.shifts = vectors, shifts
+
+    def forward(self, tokens, lengths):
+        return {"encoder_out": [(self.vectors[tokens[0]] + self.shifts[:tokens.shape[1]])[:, None]]}
+
+
+def test_the_encoder_spread_is_the_distances_between_and_around_the_pieces_encodings():
+    vectors = torch.tensor([[0.0, 0.0], [3.0, 4.0], [0.0, 8.0], [6.0, 0.0]])
+    model = type("Model", (), {})()
+    dataset = [{"source": torch.tensor([1, 2, 1])}, {"source": torch.tensor([3, 1])}]
+    model.encoder = FixedEncoder(vectors, torch.zeros(3, 2))  # each piece's encoding the same everywhere
+    norm, between, within = encoder_spread(model, dataset)
+    assert norm == pytest.approx((5 + 8 + 5 + 6 + 5) / 5)
+    assert between == pytest.approx((5 + 5 + 10) / 3)  # |v1 - v2|, |v1 - v3|, |v2 - v3|
+    assert within == 0
+    model.encoder = FixedEncoder(vectors, torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0]]))
+    norm, between, within = encoder_spread(model, dataset)
+    # piece 1 at positions 0, 2, 1: shifts (1, 0), (0, 0), (-1, 0), its mean stays (3, 4); piece 2 once, at
+    # position 1: (-1, 8); piece 3 once, at position 0: (7, 0)
+    assert between == pytest.approx((32 ** 0.5 + 32 ** 0.5 + 128 ** 0.5) / 3)
+    assert within == pytest.approx((1 + 0 + 1 + 0 + 0) / 5)
+    with pytest.raises(ValueError, match="fewer than two different pieces"):
+        encoder_spread(model, [{"source": torch.tensor([1, 1])}])

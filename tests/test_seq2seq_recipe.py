@@ -16,16 +16,16 @@ from cli import BIN, REPO, run_ok
 pytestmark = pytest.mark.slow
 
 ARCHS = ("spade_t5_small", "t5_small_local")
-REACH = 2 * 16  # the sample conf's encoder: 2 layers, windows of 16 keys each side
+REACH = 2 * 8  # the sample conf's encoder: 2 layers, windows of 8 keys each side
 MARKERS = {"▁red", "▁blue", "▁green", "▁white", "▁black", "▁gold"}
 
 
 def recipe_env(work: Path, **extra) -> dict:
-    """conf/sample.sh as it is (models, task), with fewer training examples and updates."""
-    return dict(os.environ, WORK_DIR=str(work), PYTHON_BIN=str(BIN), ORDER_EXAMPLES="40", PRETRAIN_UPDATES="2",
-                FINETUNE_UPDATES="80",
-                PRETRAIN_ARGS="--cpu --num-workers 0", FINETUNE_ARGS="--cpu --num-workers 0", GENERATE_ARGS="--cpu",
-                **extra)
+    """conf/sample.sh as it is (models, task), with fewer training examples and updates, and 2 updates of denoising
+    pre-training (the sample has none by default) so that every stage runs."""
+    return {**os.environ, **dict(WORK_DIR=str(work), PYTHON_BIN=str(BIN), ORDER_EXAMPLES="40", PRETRAIN_UPDATES="2",
+                                 FINETUNE_UPDATES="80", PRETRAIN_ARGS="--cpu --num-workers 0",
+                                 FINETUNE_ARGS="--cpu --num-workers 0", GENERATE_ARGS="--cpu"), **extra}
 
 
 @pytest.fixture(scope="module")
@@ -79,15 +79,38 @@ def test_fine_tuning_learns_the_targets(recipe):
         assert valid and float(valid[-1]) < math.log2(vocabulary) - 1.5, (arch, valid, vocabulary)
 
 
-def test_the_cross_attention_table_measures_every_test_example(recipe):
-    """``ssm-seq2seq-attention`` on a fine-tuned checkpoint: every test target's markers occur in its source."""
+@pytest.mark.parametrize("checkpoint, extra", [("finetune/checkpoint_best.pt", []),
+                                               ("pretrain/checkpoint_last.pt", []),  # a denoising checkpoint
+                                               ("pretrain/checkpoint_last.pt", ["--untrained"])])
+def test_the_cross_attention_table_measures_every_test_example(recipe, checkpoint, extra):
+    """``ssm-seq2seq-attention`` on a fine-tuned, a pre-trained and an untrained model: every test target's markers
+    occur in its source; the encoder's output over the 100 test sources."""
     work, _ = recipe
     out = run_ok([str(BIN / "ssm-seq2seq-attention"), str(work / "data-bin/pairs"), "--path",
-                  str(work / "checkpoints/spade_t5_small/finetune/checkpoint_best.pt")])
+                  str(work / "checkpoints/spade_t5_small" / checkpoint), *extra])
     assert re.search(r"target token 1: 100 examples, uniform 0\.0\d\d \| target token 2: 100 examples", out), out
     for layer in (1, 2):  # the sample conf's 2 decoder layers, 4 heads each
         assert re.search(rf"^\| decoder layer {layer} \| ([0-9.]+ ){{3}}[0-9.]+ \| ([0-9.]+ ){{3}}[0-9.]+ \|$", out,
                          flags=re.M), out
+    norm, between, within = map(float, re.search(r"^\| last encoder layer \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
+                                                 out, flags=re.M).groups())
+    assert 0 < between and 0 < within and 5 < norm < 20, out  # LayerNorm-ed output of width 128: norm about 11
+
+
+def test_without_pre_training_fine_tuning_starts_from_random_weights(recipe, tmp_path):
+    """PRETRAIN_UPDATES=0: stage 3 says it trains nothing, stage 4 loads no checkpoint; a value that is not a
+    whole number fails before any stage."""
+    work = tmp_path / "work"
+    shutil.copytree(recipe[0], work, ignore=shutil.ignore_patterns("checkpoints", "*.log"))
+    out = run_ok(["bash", "recipes/seq2seq/run.sh", "--stage", "3", "--stop-stage", "4"],
+                 env=recipe_env(work, ARCHS="spade_t5_small", PRETRAIN_UPDATES="0", FINETUNE_UPDATES="3"))
+    assert "stage 3: no denoising pre-training (PRETRAIN_UPDATES=0)" in out
+    assert not (work / "checkpoints/spade_t5_small/pretrain").exists()
+    finetune = (work / "finetune_spade_t5_small.log").read_text()
+    assert "num_updates 3" in finetune and "Loaded checkpoint" not in finetune, finetune[-2000:]
+    failed = subprocess.run(["bash", "recipes/seq2seq/run.sh"], cwd=REPO, capture_output=True, text=True,
+                            env=recipe_env(work, PRETRAIN_UPDATES="some"))
+    assert failed.returncode == 2 and "PRETRAIN_UPDATES must be a whole number" in failed.stderr, failed.stderr
 
 
 def test_no_unknown_pieces_in_the_pretraining_data(recipe):
@@ -101,9 +124,9 @@ def test_no_unknown_pieces_in_the_pretraining_data(recipe):
 
 
 def test_the_markers_lie_beyond_the_windows_reach(recipe):
-    """Two markers per source (conf/sample.sh: each 4 times in a row), farther than the encoder's reach from each
-    other and from either end (no marker's encoding sees the other; fillers between them do, the gap being under
-    twice the reach: docs/seq2seq.md); the target is the two in source order."""
+    """Two markers per source (conf/sample.sh: each 4 times in a row), farther than the encoder's reach from either
+    end and more than twice the reach from each other (no position's encoding sees both: a filler half-way between
+    them would see both with a gap under twice the reach, docs/seq2seq.md); the target is the two in source order."""
     work, _ = recipe
     sources = (work / "bpe/test.src").read_text().splitlines()
     targets = (work / "bpe/test.tgt").read_text().splitlines()
@@ -114,7 +137,7 @@ def test_the_markers_lie_beyond_the_windows_reach(recipe):
         first, second = target.split()
         assert [pieces[i] for i in at] == [first] * 4 + [second] * 4, (source, target)
         assert at[:4] == list(range(at[0], at[0] + 4)) and at[4:] == list(range(at[4], at[4] + 4)), source
-        assert at[0] > REACH and at[4] - at[3] > REACH and len(pieces) - 1 - at[7] > REACH, source
+        assert at[0] > REACH and at[4] - at[3] > 2 * REACH and len(pieces) - 1 - at[7] > REACH, source
 
 
 def test_a_restarted_fine_tuning_resumes_its_own_checkpoint(recipe, tmp_path):

@@ -7,9 +7,10 @@
 # Stages: 0 the generated sample (GENERATE_SAMPLE=1: stories for pre-training and the far-ordering task),
 # 1 SentencePiece trained on the pre-training text and the training pairs, every file encoded
 # (scripts/prepare_seq2seq.py), 2 fairseq-preprocess (one joined dictionary with <mask>, shared by both tasks),
-# 3 fairseq-train --task denoising (BART-style span masking) for each of ARCHS, 4 fairseq-train --task translation
-# from the pre-trained checkpoint, 5 fairseq-generate --beam BEAM on the test split, also for each of ABLATE_ARCHS
-# with its SSM outputs zeroed (--model-overrides "{'ssm_ablation': True}"), 6 a markdown table: parameters, the
+# 3 fairseq-train --task denoising (BART-style span masking) for each of ARCHS (none when PRETRAIN_UPDATES=0),
+# 4 fairseq-train --task translation from the pre-trained checkpoint (from random weights without one),
+# 5 fairseq-generate --beam BEAM on the test split, also for each of ABLATE_ARCHS with its SSM outputs zeroed
+# (--model-overrides "{'ssm_ablation': True}"), 6 a markdown table: parameters, the
 # share of outputs exactly right and right up to word order, sacreBLEU on detokenised text. Training resumes from
 # checkpoint_last.pt (fine-tuning starts from the pre-trained model only when it has none: --finetune-from-model).
 # Each architecture trains with MODEL_ARGS plus the conf's model_args_ARCH, and with SEED (default 1).
@@ -32,6 +33,8 @@ source "$repo/recipes/common.sh" "$@"  # the command line (and the shared settin
 work_dir="${WORK_DIR:-exp/seq2seq_$(basename "$conf" .sh)}"
 # shellcheck source=conf/sample.sh
 source "$conf"
+[[ "$pretrain_updates" =~ ^[0-9]+$ ]] ||
+  { echo "PRETRAIN_UPDATES must be a whole number of updates (0: no pre-training), got '$pretrain_updates'" >&2; exit 2; }
 bpe="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
 
@@ -73,7 +76,9 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
     --validpref "$bpe/pretrain.valid.txt" --workers "$(nproc)"
 fi
 
-if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+if [[ $stage -le 3 && $stop_stage -ge 3 && "$pretrain_updates" == 0 ]]; then
+  log "stage 3: no denoising pre-training (PRETRAIN_UPDATES=0): stage 4 starts from random weights"
+elif [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
     # shellcheck disable=SC2086
@@ -91,9 +96,12 @@ fi
 if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for arch in $archs; do
     log "stage 4: fine-tuning $arch with --task translation -> $work_dir/checkpoints/$arch/finetune"
+    start=()  # random weights without pre-training
+    [[ "$pretrain_updates" == 0 ]] ||
+      start=(--finetune-from-model "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt")
     # shellcheck disable=SC2086
     fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $(arch_args "$arch") \
-      --share-all-embeddings --finetune-from-model "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt" \
+      --share-all-embeddings "${start[@]}" \
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
       --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt --warmup-updates "$((finetune_updates / 10 + 1))" \
       --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \
