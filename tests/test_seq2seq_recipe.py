@@ -16,7 +16,6 @@ from cli import BIN, REPO, run_ok
 pytestmark = pytest.mark.slow
 
 ARCHS = ("spade_t5_small", "t5_small_local")
-REACH = 2 * 8  # the sample conf's encoder: 2 layers, windows of 8 keys each side
 MARKERS = {"▁red", "▁blue", "▁green", "▁white", "▁black", "▁gold"}
 
 
@@ -128,6 +127,9 @@ def test_the_markers_lie_beyond_the_windows_reach(recipe):
     end and more than twice the reach from each other (no position's encoding sees both: a filler half-way between
     them would see both with a gap under twice the reach, docs/seq2seq.md); the target is the two in source order."""
     work, _ = recipe
+    windows = set(re.findall(r"'attention_window': (\d+)", (work / "finetune_spade_t5_small.log").read_text()))
+    assert len(windows) == 1, windows
+    reach = 2 * int(windows.pop())  # the sample conf's encoder: 2 layers, this many keys each side
     sources = (work / "bpe/test.src").read_text().splitlines()
     targets = (work / "bpe/test.tgt").read_text().splitlines()
     assert len(sources) == len(targets) == 100
@@ -137,7 +139,7 @@ def test_the_markers_lie_beyond_the_windows_reach(recipe):
         first, second = target.split()
         assert [pieces[i] for i in at] == [first] * 4 + [second] * 4, (source, target)
         assert at[:4] == list(range(at[0], at[0] + 4)) and at[4:] == list(range(at[4], at[4] + 4)), source
-        assert at[0] > REACH and at[4] - at[3] > 2 * REACH and len(pieces) - 1 - at[7] > REACH, source
+        assert at[0] > reach and at[4] - at[3] > 2 * reach and len(pieces) - 1 - at[7] > reach, source
 
 
 def test_a_restarted_fine_tuning_resumes_its_own_checkpoint(recipe, tmp_path):
