@@ -102,7 +102,7 @@ def test_without_pre_training_fine_tuning_starts_from_random_weights(recipe, tmp
     work = tmp_path / "work"
     shutil.copytree(recipe[0], work, ignore=shutil.ignore_patterns("checkpoints", "*.log"))
     out = run_ok(["bash", "recipes/seq2seq/run.sh", "--stage", "3", "--stop-stage", "4"],
-                 env=recipe_env(work, ARCHS="spade_t5_small", PRETRAIN_UPDATES="0", FINETUNE_UPDATES="3"))
+                 env=recipe_env(work, ARCHS="spade_t5_small", PRETRAIN_UPDATES="00", FINETUNE_UPDATES="3"))
     assert "stage 3: no denoising pre-training (PRETRAIN_UPDATES=0)" in out
     assert not (work / "checkpoints/spade_t5_small/pretrain").exists()
     finetune = (work / "finetune_spade_t5_small.log").read_text()

@@ -35,6 +35,7 @@ work_dir="${WORK_DIR:-exp/seq2seq_$(basename "$conf" .sh)}"
 source "$conf"
 [[ "$pretrain_updates" =~ ^[0-9]+$ ]] ||
   { echo "PRETRAIN_UPDATES must be a whole number of updates (0: no pre-training), got '$pretrain_updates'" >&2; exit 2; }
+pretrain_updates=$((10#$pretrain_updates))  # "00" is 0 too (fairseq-train reads --max-update 0 as no limit)
 bpe="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
 
