@@ -103,7 +103,7 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
     # shellcheck disable=SC2086
     fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $(arch_args "$arch") \
       --share-all-embeddings "${start[@]}" \
-      --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9,0.98)" \
+      --criterion label_smoothed_cross_entropy --label-smoothing "$label_smoothing" --optimizer adam --adam-betas "(0.9,0.98)" \
       --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt --warmup-updates "$((finetune_updates / 10 + 1))" \
       --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \
       --skip-invalid-size-inputs-valid-test \

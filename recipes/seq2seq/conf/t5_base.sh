@@ -10,6 +10,7 @@ model_args="${MODEL_ARGS:---max-source-positions 16384 --max-target-positions 10
 tokens_per_sample="${TOKENS_PER_SAMPLE:-1024}"
 pretrain_updates="${PRETRAIN_UPDATES:-125000}"
 finetune_updates="${FINETUNE_UPDATES:-20000}"
+label_smoothing="${LABEL_SMOOTHING:-0.1}"
 max_tokens="${MAX_TOKENS:-16384}"
 lr="${LR:-4e-4}"
 beam="${BEAM:-4}"
