@@ -46,6 +46,7 @@ def test_every_stage_runs_and_fine_tuning_starts_from_pre_training(recipe):
         assert "num_updates 2" in (work / f"pretrain_{arch}.log").read_text()
         finetune = (work / f"finetune_{arch}.log").read_text()
         assert f"Loaded checkpoint {work}/checkpoints/{arch}/pretrain/checkpoint_last.pt" in finetune
+        assert "'label_smoothing': 0.0," in finetune  # conf/sample.sh: none (LABEL_SMOOTHING)
         generated = (work / f"generate_{arch}.txt").read_text()
         assert len(re.findall(r"^H-\d+\t", generated, flags=re.M)) == 100  # every test example, beam 4
     rows = table_rows(out)
