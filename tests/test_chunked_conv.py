@@ -58,7 +58,8 @@ def test_padding_equals_each_sequence_alone(reverse):
     assert y[1, ..., 17:].abs().max() == 0
 
 
-def test_gradients_equal_the_fft_convolutions():
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradients_equal_the_fft_convolutions(reverse):
     dA, dB, dC, D = _system()
     u = torch.randn(2, 5, 23, dtype=torch.float64)
     grad = torch.randn(2, 2, 5, 23, dtype=torch.float64)
@@ -66,17 +67,19 @@ def test_gradients_equal_the_fft_convolutions():
     for chunked in (True, False):
         leaves = [t.clone().requires_grad_() for t in (u, dA, dB, dC, D)]
         uu, a, b, c, d = leaves
-        y = chunked_diagonal_conv(uu, a, b, c, d, chunk=4) if chunked else fft_conv(uu, real_vandermonde(c * b, a, 23), d)
+        y = (chunked_diagonal_conv(uu, a, b, c, d, reverse=reverse, chunk=4) if chunked
+             else fft_conv(uu, real_vandermonde(c * b, a, 23), d, reverse=reverse))
         results.append(torch.autograd.grad(y, leaves, grad))
     for chunked_grad, fft_grad in zip(*results):
         torch.testing.assert_close(chunked_grad, fft_grad)
 
 
-def test_gradcheck():
-    dA, dB, dC, D = _system(H=2, N=3, C=1)
-    u = torch.randn(1, 2, 9, dtype=torch.float64)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradcheck(reverse):
+    dA, dB, dC, D = _system(H=2, N=3, C=2)
+    u = torch.randn(2, 2, 9, dtype=torch.float64)
     leaves = [t.clone().requires_grad_() for t in (u, dA * 0.9 + 0.05, dB, dC, D)]
-    assert torch.autograd.gradcheck(lambda *a: chunked_diagonal_conv(*a, chunk=4), leaves)
+    assert torch.autograd.gradcheck(lambda *a: chunked_diagonal_conv(*a, reverse=reverse, chunk=4), leaves)
 
 
 def test_low_precision_input_is_convolved_in_float32():
@@ -109,3 +112,13 @@ def test_bad_system():
         chunked_diagonal_conv(torch.randn(1, 5, 8, dtype=torch.float64), dA, dB, dC[:, :4], D)
     with pytest.raises(ValueError, match="u must have shape"):
         chunked_diagonal_conv(torch.randn(1, 4, 8, dtype=torch.float64), dA, dB, dC, D)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_channel_last_input_gives_the_same_output(reverse):
+    """A ``B x L x H`` tensor transposed (strided rows) and a contiguous one of the same values."""
+    dA, dB, dC, D = _system()
+    u = torch.randn(3, 5, 37, dtype=torch.float64)
+    channel_last = u.transpose(1, 2).contiguous().transpose(1, 2)
+    torch.testing.assert_close(chunked_diagonal_conv(channel_last, dA, dB, dC, D, reverse=reverse, chunk=8),
+                               chunked_diagonal_conv(u, dA, dB, dC, D, reverse=reverse, chunk=8))

@@ -61,37 +61,42 @@ def diagonal_powers(dA: Tensor, count: int) -> Tensor:
 
 
 class _StatesBeforeChunks(torch.autograd.Function):
-    """``states[c] = sum_(c' < c) decay^(c-1-c') contributions[c']``: each chunk's starting state.
+    """``states[c] = sum decay^(|c - c'| - 1) contributions[c']`` over the chunks ``c'`` before ``c`` (after it, with
+    ``reverse``): the state each chunk starts from, along dimension 2.
 
-    ``contributions``: ``chunks x H x B x N`` (each chunk's slice contiguous), ``decay`` (``dA^T``): ``H x 1 x N``.
-    One in-place step per chunk, forward and backward, instead of an autograd node per chunk. Backward, with ``g``
-    the gradient of ``states``:
+    ``contributions``: ``H x B x chunks x N``, ``decay`` (``dA^T``): ``H x 1 x N``. One in-place step per chunk,
+    forward and backward, instead of an autograd node per chunk. Backward, walking the chunks the other way, with ``g``
+    the gradient of ``states`` and ``c - 1`` the chunk processed before ``c``:
     ``lambda_c = g_c + decay lambda_(c+1)`` (the gradient reaching state ``c`` through all later ones),
     ``grad contributions_c = lambda_(c+1)``, ``grad decay = sum_(c >= 1) lambda_c states_(c-1)``.
     """
 
     @staticmethod
-    def forward(ctx, contributions: Tensor, decay: Tensor) -> Tensor:
+    def forward(ctx, contributions: Tensor, decay: Tensor, reverse: bool) -> Tensor:
+        chunks = contributions.shape[2]
+        order = list(range(chunks - 1, -1, -1) if reverse else range(chunks))
         states = torch.empty_like(contributions)
-        state = torch.zeros_like(contributions[0])
-        for c in range(contributions.shape[0]):
-            states[c] = state
-            state.mul_(decay).add_(contributions[c])
+        state = torch.zeros_like(contributions[:, :, 0])
+        for c in order:
+            states[:, :, c] = state
+            state.mul_(decay).add_(contributions[:, :, c])
         ctx.save_for_backward(states, decay)
+        ctx.order = order
         return states
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
         states, decay = ctx.saved_tensors
+        order = ctx.order
         grad_contributions = torch.zeros_like(grad)
-        grad_decay = torch.zeros_like(states[0])
-        reaching = torch.zeros_like(grad[0])  # lambda_(c+1)
-        for c in range(grad.shape[0] - 1, 0, -1):
-            reaching.mul_(decay).add_(grad[c])  # lambda_c
-            grad_contributions[c - 1] = reaching
-            grad_decay.addcmul_(reaching, states[c - 1])
-        return grad_contributions, grad_decay.sum(1, keepdim=True)
+        grad_decay = torch.zeros_like(states[:, :, 0])
+        reaching = torch.zeros_like(grad[:, :, 0])  # lambda_(c+1)
+        for c, before in zip(order[:0:-1], order[-2::-1]):
+            reaching.mul_(decay).add_(grad[:, :, c])  # lambda_c
+            grad_contributions[:, :, before] = reaching
+            grad_decay.addcmul_(reaching, states[:, :, before])
+        return grad_contributions, grad_decay.sum(1, keepdim=True), None
 
 
 def chunked_diagonal_conv(
@@ -106,7 +111,8 @@ def chunked_diagonal_conv(
         dC: ``C x H x N`` output rows.
         D: ``C x H`` skip weights, or None.
         padding_mask: ``B x L``, True at padded positions: zeroed on input and output, as in ``fft_conv``.
-        reverse: anti-causal, ``y_k = sum_(j>=k) K_(j-k) u_j``.
+        reverse: anti-causal, ``y_k = sum_(j>=k) K_(j-k) u_j``: the Toeplitz matrices transposed, the states
+            carried from the last chunk to the first (nothing is flipped).
         chunk: ``T`` (default ``chunk_length(L)``).
     Returns:
         ``B x C x H x L`` in the dtype of ``u``; computed in float32 (float64 for float64 inputs), also under autocast.
@@ -122,29 +128,33 @@ def chunked_diagonal_conv(
     with torch.autocast(device_type=u.device.type, enabled=False):
         x = masked_input(u, padding_mask)
         dA, dB, dC = dA.to(x.dtype), dB.to(x.dtype), dC.to(x.dtype)
-        if reverse:
-            x = x.flip(-1)
-        x = torch.nn.functional.pad(x, (0, chunks * T - L))
-        chunk_inputs = x.view(B, H, chunks, T).permute(1, 3, 0, 2).reshape(H, T, B * chunks)
-        if 1 not in chunk_inputs.stride()[1:]:  # from a channel-last input (B x L x H transposed) the matrix
-            chunk_inputs = chunk_inputs.contiguous()  # products would copy it matrix by matrix
+        if chunks * T != L:
+            x = torch.nn.functional.pad(x, (0, chunks * T - L))
+        # each chunk one row of T inputs: H x (B chunks) x T, a view of a contiguous input with B = 1
+        rows = x.reshape(B, H, chunks, T).transpose(0, 1).reshape(H, B * chunks, T)
+        if 1 not in rows.stride()[1:]:  # from a channel-last input (B x L x H transposed) the matrix
+            rows = rows.contiguous()  # products would copy it matrix by matrix
 
         powers = diagonal_powers(dA, T + 1)  # H x N x (T + 1)
         taps = torch.einsum("chn,hnk->chk", dC * dB, powers[..., :T])  # C x H x T
         if D is not None:
             taps = torch.cat([taps[..., :1] + D.to(x.dtype).unsqueeze(-1), taps[..., 1:]], dim=-1)
         lag = torch.arange(T, device=u.device)
-        lag = lag.unsqueeze(1) - lag  # j - i
-        toeplitz = (taps[..., lag.clamp_min(0)] * (lag >= 0)).transpose(0, 1).reshape(H, C * T, T)
-        y = toeplitz @ chunk_inputs  # H x (C T) x (B chunks)
-
-        into_state = powers[..., :T].flip(-1) * dB.unsqueeze(-1)  # dA^(T-1-i) dB: H x N x T
-        contributions = (into_state @ chunk_inputs).view(H, N, B, chunks).permute(3, 0, 2, 1).contiguous()
-        states = _StatesBeforeChunks.apply(contributions, powers[:, None, :, T])  # chunks x H x B x N
-        from_state = dC.transpose(0, 1).unsqueeze(2) * powers[:, None, :, 1:].transpose(-1, -2)  # H x C x T x N
-        y = y.baddbmm_(from_state.reshape(H, C * T, N), states.permute(1, 3, 2, 0).reshape(H, N, B * chunks))
-
-        y = y.view(H, C, T, B, chunks).permute(3, 1, 0, 4, 2).reshape(B, C, H, chunks * T)[..., :L]
+        lag = lag - lag.unsqueeze(1)  # [i, j]: output j's lag behind input i
         if reverse:
-            y = y.flip(-1)
+            lag = -lag
+        toeplitz = (taps[..., lag.clamp_min(0)] * (lag >= 0)).permute(1, 2, 0, 3).reshape(H, T, C * T)
+        y = rows @ toeplitz  # H x (B chunks) x (C T)
+
+        # input i of a chunk reaches the state it passes on through dA^(T-1-i) dB (dA^i dB backwards), and the state
+        # a chunk starts from reaches its output j through dC dA^(j+1) (dC dA^(T-j) backwards)
+        into_state = powers[..., :T] if reverse else powers[..., :T].flip(-1)
+        into_state = (into_state * dB.unsqueeze(-1)).transpose(1, 2)  # H x T x N
+        contributions = (rows @ into_state).view(H, B, chunks, N)
+        states = _StatesBeforeChunks.apply(contributions, powers[:, None, :, T], reverse)  # H x B x chunks x N
+        from_state = powers[..., 1:].flip(-1) if reverse else powers[..., 1:]  # H x N x T
+        from_state = (dC.transpose(0, 1).unsqueeze(-1) * from_state.unsqueeze(1)).transpose(1, 2)  # H x N x C x T
+        y = y.baddbmm_(states.view(H, B * chunks, N), from_state.reshape(H, N, C * T))
+
+        y = y.view(H, B, chunks, C, T).permute(1, 3, 0, 2, 4).reshape(B, C, H, chunks * T)[..., :L]
         return masked_output(y, padding_mask, u.dtype)
