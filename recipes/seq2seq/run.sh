@@ -105,8 +105,8 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
       --share-all-embeddings "${start[@]}" \
       --criterion label_smoothed_cross_entropy --label-smoothing "$label_smoothing" \
       --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt \
-      --warmup-updates "$((finetune_updates / 10 + 1))" --max-update "$finetune_updates" --max-tokens "$max_tokens" --required-batch-size-multiple 1 \
-      --skip-invalid-size-inputs-valid-test \
+      --warmup-updates "$((finetune_updates / 10 + 1))" --max-update "$finetune_updates" --max-tokens "$max_tokens" \
+      --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test \
       --save-dir "$work_dir/checkpoints/$arch/finetune" --no-epoch-checkpoints --seed "$seed" \
       --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
   done
