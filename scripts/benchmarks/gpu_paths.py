@@ -103,8 +103,8 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, object, dict]]:
                  {"transformer_lm": lm_step("transformer_lm")}))
 
     def seq2seq(name):
-        return lambda: spade_seq2seq.measure_model(ns(model=name, length=L, device=args.device, repeats=args.repeats,
-                                                      what="time", mode="train"))
+        return lambda: measure(spade_seq2seq.training_run(ns(model=name, length=L, device=args.device)), args.device,
+                               args.repeats, "time")
     rows.append((f"spade_t5_small training step, {L} source tokens", seq2seq("spade_t5_small"),
                  {"transformer": seq2seq("transformer")}))
     return rows
