@@ -1,12 +1,17 @@
-"""Every model family under CPU bf16 autocast (what --bf16 / --amp run): loss and gradients close to float32's
-(within what bfloat16's 8-bit mantissa allows), and the SSM kernels and FFT convolutions computed in float32 inside."""
+"""Every model family in the two ways fairseq trains in mixed precision: under CPU bf16 autocast (what --bf16 /
+--amp run) and with float16 weights (what --fp16 runs: fairseq's FP16Optimizer halves the model and the batch's
+floating tensors, keeps float32 master weights and steps them with these gradients). Loss and gradients close to
+float32's (within what the 8-bit or 10-bit mantissa allows), and the SSM kernels and FFT convolutions computed in
+float32 inside."""
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+from fairseq.utils import apply_to_sample
 
 import spade_cases
 import transducer_cases
@@ -37,26 +42,33 @@ def float32_inside(monkeypatch):
     assert seen["kernels"] == {torch.float32} and seen["spectra"] == {torch.complex64}, seen
 
 
-# bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2% per product). Measured on these tiny models:
-# the loss within 0.05% of float32's and the gradients' cosine above 0.99997; the bounds leave room for other CPUs.
+# bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2% per product), float16 10. Measured on these tiny
+# models: the loss within 0.05% of float32's and the gradients' cosine above 0.99997 (bf16; float16 weights: above
+# 0.99999); the bounds leave room for other CPUs.
 LOSS_TOLERANCE = 0.01
 GRADIENT_COSINE = 0.999
+PRECISIONS = ("bf16 autocast", "fp16 weights")
 
 
-def gradients(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
+def loss_and_gradients(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], torch.Tensor]):
+    loss = loss_fn(model)
     model.zero_grad()
     loss.backward()
-    return torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
+    return loss.float(), torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
 
 
-def assert_bf16_close_to_float32(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor]) -> None:
-    """``loss_fn()`` in float32 and under bf16 autocast (dropout off): finite, and close in loss and gradient."""
+def assert_close_to_float32(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], torch.Tensor],
+                            precision: str) -> None:
+    """``loss_fn(model)`` in float32 and in ``precision`` (dropout off): finite, and close in loss and gradient.
+
+    ``loss_fn`` reads the floating inputs it gives the model in the model's dtype (``in_dtype_of``)."""
     model.eval()  # no dropout: both passes compute the same function
-    loss32 = loss_fn()
-    grad32 = gradients(model, loss32)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss16 = loss_fn()
-    grad16 = gradients(model, loss16)
+    loss32, grad32 = loss_and_gradients(model, loss_fn)
+    if precision == "bf16 autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss16, grad16 = loss_and_gradients(model, loss_fn)
+    else:
+        loss16, grad16 = loss_and_gradients(copy.deepcopy(model).half(), loss_fn)
     assert torch.isfinite(loss16) and torch.isfinite(grad16).all()
     assert grad32.count_nonzero() > 0
     assert abs(loss16.item() - loss32.item()) <= LOSS_TOLERANCE * abs(loss32.item()), (loss16.item(), loss32.item())
@@ -64,16 +76,24 @@ def assert_bf16_close_to_float32(model: torch.nn.Module, loss_fn: Callable[[], t
     assert cosine >= GRADIENT_COSINE, cosine
 
 
+def in_dtype_of(model: torch.nn.Module, sample):
+    """``sample``'s floating tensors in ``model``'s dtype, as fairseq-train --fp16 passes a batch."""
+    dtype = next(model.parameters()).dtype
+    return apply_to_sample(lambda t: t.to(dtype) if t.is_floating_point() else t, sample)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("arch", ["mssm_transducer", "stateformer_transducer", "s4_transducer"])
-def test_transducers_under_bf16_autocast(arch, float32_inside):
+def test_transducers_in_mixed_precision(arch, precision, float32_inside):
     torch.manual_seed(0)
     model, criterion, _, task = transducer_cases.build(arch, *transducer_cases.SMALL)
     sample = transducer_cases.random_sample(task, [120, 90], [5, 3])
-    assert_bf16_close_to_float32(model, lambda: criterion(model, sample)[0])
+    assert_close_to_float32(model, lambda m: criterion(m, in_dtype_of(m, sample))[0], precision)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("ssm", ["s4", "s4d", "dss", "mssm"])
-def test_spade_lm_under_bf16_autocast(ssm, float32_inside):
+def test_spade_lm_in_mixed_precision(ssm, precision, float32_inside):
     torch.manual_seed(0)
     model, _, _ = spade_cases.build("spade_lm", "--decoder-layers", "2", "--decoder-embed-dim", "32",
                                     "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4",
@@ -81,15 +101,16 @@ def test_spade_lm_under_bf16_autocast(ssm, float32_inside):
                                     "--ssm-heads", "2" if ssm == "mssm" else "1")
     tokens = torch.randint(4, 30, (2, 64))
 
-    def loss():
-        logits, _ = model(tokens)
+    def loss(m):
+        logits, _ = m(tokens)
         return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten())
 
-    assert_bf16_close_to_float32(model, loss)
+    assert_close_to_float32(model, loss, precision)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("arch", ["mssm_roberta_base", "local_roberta_base"])
-def test_masked_lm_under_bf16_autocast(arch, request):
+def test_masked_lm_in_mixed_precision(arch, precision, request):
     if arch.startswith("mssm"):
         request.getfixturevalue("float32_inside")
     torch.manual_seed(0)
@@ -97,8 +118,8 @@ def test_masked_lm_under_bf16_autocast(arch, request):
     tokens = torch.randint(4, 100, (2, 256))
     masked = torch.rand(tokens.shape) < 0.15
 
-    def loss():
-        logits, _ = model(tokens, masked_tokens=masked)
+    def loss(m):
+        logits, _ = m(tokens, masked_tokens=masked)
         return F.cross_entropy(logits.float(), tokens[masked])
 
-    assert_bf16_close_to_float32(model, loss)
+    assert_close_to_float32(model, loss, precision)
