@@ -1,8 +1,8 @@
-"""Every model family in the two ways fairseq trains in mixed precision: under CPU bf16 autocast (what --bf16 /
---amp run) and with float16 weights (what --fp16 runs: fairseq's FP16Optimizer halves the model and the batch's
-floating tensors, keeps float32 master weights and steps them with these gradients). Loss and gradients close to
-float32's (within what the 8-bit or 10-bit mantissa allows), and the SSM kernels and FFT convolutions computed in
-float32 inside."""
+"""Every model family (transducers, SPADE LM, SPADE encoder-decoder, masked LM) in the two ways fairseq trains in
+mixed precision: under CPU bf16 autocast (what --bf16 / --amp run) and with float16 weights (what --fp16 runs:
+fairseq's FP16Optimizer halves the model and the batch's floating tensors, keeps float32 master weights and steps
+them with these gradients). Loss and gradients close to float32's (within what the 8-bit or 10-bit mantissa allows),
+and the SSM kernels and FFT convolutions computed in float32 inside."""
 from __future__ import annotations
 
 import copy
@@ -17,6 +17,7 @@ import spade_cases
 import transducer_cases
 from ssm_fairseq.ssm.kernel import SSMKernel
 from test_mssm_roberta import TINY, build as build_masked_lm
+from test_spade_transformer import build as build_seq2seq
 
 
 @pytest.fixture
@@ -121,5 +122,18 @@ def test_masked_lm_in_mixed_precision(arch, precision, request):
     def loss(m):
         logits, _ = m(tokens, masked_tokens=masked)
         return F.cross_entropy(logits.float(), tokens[masked])
+
+    assert_close_to_float32(model, loss, precision)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_spade_encoder_decoder_in_mixed_precision(precision, float32_inside):
+    torch.manual_seed(0)
+    model = build_seq2seq("spade_t5_small")
+    src, prev = torch.randint(4, 40, (2, 48)), torch.randint(4, 40, (2, 12))
+
+    def loss(m):
+        logits, _ = m(src, torch.full((2,), 48), prev)
+        return F.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
 
     assert_close_to_float32(model, loss, precision)
