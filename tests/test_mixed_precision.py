@@ -83,6 +83,14 @@ def in_dtype_of(model: torch.nn.Module, sample):
     return apply_to_sample(lambda t: t.to(dtype) if t.is_floating_point() else t, sample)
 
 
+def _spade_lm(ssm: str):
+    """A 2-layer ``spade_lm`` of width 32 (window 8) with the given SSM."""
+    return spade_cases.build("spade_lm", "--decoder-layers", "2", "--decoder-embed-dim", "32",
+                             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4",
+                             "--attention-window", "8", "--ssm", ssm, "--ssm-state-size", "8",
+                             "--ssm-heads", "2" if ssm == "mssm" else "1")[0]
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("arch", ["mssm_transducer", "stateformer_transducer", "s4_transducer"])
 def test_transducers_in_mixed_precision(arch, precision, float32_inside):
@@ -96,10 +104,7 @@ def test_transducers_in_mixed_precision(arch, precision, float32_inside):
 @pytest.mark.parametrize("ssm", ["s4", "s4d", "dss", "mssm"])
 def test_spade_lm_in_mixed_precision(ssm, precision, float32_inside):
     torch.manual_seed(0)
-    model, _, _ = spade_cases.build("spade_lm", "--decoder-layers", "2", "--decoder-embed-dim", "32",
-                                    "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4",
-                                    "--attention-window", "8", "--ssm", ssm, "--ssm-state-size", "8",
-                                    "--ssm-heads", "2" if ssm == "mssm" else "1")
+    model = _spade_lm(ssm)
     tokens = torch.randint(4, 30, (2, 64))
 
     def loss(m):
@@ -137,3 +142,29 @@ def test_spade_encoder_decoder_in_mixed_precision(precision, float32_inside):
         return F.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
 
     assert_close_to_float32(model, loss, precision)
+
+
+@pytest.mark.parametrize("model_name", ["spade_lm s4", "spade_lm mssm", "spade_t5_small"])
+@torch.no_grad()
+def test_float16_incremental_decoding_equals_the_float16_full_forward(model_name):
+    """What ``fairseq-generate --fp16`` runs for the text models: one token at a time (past the window of 8) in
+    float16, against the full forward of the same float16 model (the S4 / MSSM step computes in float32 inside)."""
+    torch.manual_seed(0)
+    encoder_out = None
+    if model_name == "spade_t5_small":
+        model = build_seq2seq("spade_t5_small").eval().half()
+        src, prev = torch.randint(4, 40, (2, 48)), torch.randint(4, 40, (2, 20))
+        encoder_out = model.encoder(src, torch.full((2,), 48))
+        full = model(src, torch.full((2,), 48), prev)[0]
+    else:
+        model = _spade_lm(model_name.split()[1]).eval().half()
+        prev = torch.randint(4, 30, (2, 40))
+        full = model(prev)[0]
+    state: dict = {}
+    steps = []
+    for t in range(prev.shape[1]):
+        logits, _ = model.decoder(prev[:, : t + 1], encoder_out, incremental_state=state)
+        steps.append(logits[:, -1:])
+    incremental = torch.cat(steps, dim=1)
+    assert full.dtype == incremental.dtype == torch.float16
+    torch.testing.assert_close(incremental.float(), full.float(), atol=1e-2, rtol=1e-2)
