@@ -7,6 +7,7 @@ on 16-bit-scaled samples, as fairseq's own speech recipes do. Imports only numpy
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable
 
@@ -68,7 +69,8 @@ def to_16k_mono(waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, str
     """``samples x channels`` float32 at any rate -> (mono 16 kHz samples, what was converted or None).
 
     Several channels are averaged; another rate is resampled (torchaudio's windowed-sinc resampler), so the
-    filterbank's mel axis is the same as for LibriSpeech whatever the input.
+    filterbank's mel axis is the same as for LibriSpeech whatever the input. Audio below 16 kHz leaves the mel bins
+    above its Nyquist frequency empty, which the conversion says: its features are not those of 16 kHz audio.
     """
     conversions = []
     mono = waveform.mean(axis=1)
@@ -78,7 +80,8 @@ def to_16k_mono(waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, str
         import torchaudio.functional
 
         mono = torchaudio.functional.resample(torch.from_numpy(mono), sample_rate, SAMPLE_RATE).numpy()
-        conversions.append(f"resampled from {sample_rate} Hz")
+        conversions.append(f"resampled from {sample_rate} Hz" + (f" (no sound above {sample_rate // 2} Hz)"
+                                                                 if sample_rate < SAMPLE_RATE else ""))
     return mono, ", ".join(conversions) or None
 
 
@@ -108,3 +111,30 @@ def filterbank_features(path: Path | str) -> tuple[np.ndarray, str | None]:
     """
     mono, conversion = read_16k_mono(path)
     return log_mel_filterbank(mono, SAMPLE_RATE).astype(np.float32, copy=False), conversion
+
+
+class Conversions:
+    """Audio files converted to 16 kHz mono, by kind of conversion, for one log line per kind: converted audio
+    gives other features than the same sound recorded at 16 kHz mono (an 8 kHz copy transcribes differently), so
+    the conversion is said, never silent.
+
+    >>> conversions = Conversions()
+    >>> features, conversion = filterbank_features(path)
+    >>> conversions.add(path, conversion)  # None (16 kHz mono already) is not counted
+    >>> conversions.log(logger)            # "2 files not 16 kHz mono: resampled from 8000 Hz (...) ...: a.wav, b.wav"
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, list[str]] = {}  # conversion -> the files converted so
+
+    def add(self, path: Path | str, conversion: str | None) -> None:
+        """Count ``path`` under its ``conversion`` (``to_16k_mono``'s description; None: nothing converted)."""
+        if conversion:
+            self.files.setdefault(conversion, []).append(str(path))
+
+    def log(self, logger: logging.Logger, shown: int = 3) -> None:
+        """One INFO line per kind of conversion: how many files, what was done, the first ``shown`` of them."""
+        for conversion, paths in sorted(self.files.items()):
+            names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+            logger.info(f"{len(paths)} file{'s' if len(paths) > 1 else ''} not 16 kHz mono: {conversion} "
+                        f"(to 16 kHz mono): {names}")

@@ -30,18 +30,20 @@ file's duration. They are when the model decided on the word, which may lag the 
 
 The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
 directory and ``config.yaml``, which give the dictionary of SentencePiece units and the feature transforms;
-``data_dir`` / ``--data-dir`` replaces that directory when the checkpoint has moved machines. Features are those
-of training: ``ssm_fairseq.audio_features`` (any rate and channel count in, 16 kHz mono 80-dim filterbanks, the
-code ``scripts/prepare_librispeech.py`` runs), then the config's transforms for evaluation splits (utterance
-CMVN, ...) through fairseq's own ``CompositeAudioFeatureTransform``. Files are sorted by length and padded into
-batches of at most ``max_tokens`` frames (and ``batch_size`` files) as ``fairseq-generate`` batches a manifest,
+``data_dir`` / ``--data-dir`` replaces that directory when the checkpoint has moved machines. Features are those of
+training: ``ssm_fairseq.audio_features`` (any rate and channel count in, 16 kHz mono 80-dim filterbanks, the code
+``scripts/prepare_librispeech.py`` runs), then the config's transforms for evaluation splits (utterance CMVN, ...)
+through fairseq's own ``CompositeAudioFeatureTransform``; each kind of conversion to 16 kHz mono is logged with the
+files it applied to (``Conversions``: converted audio gives other features). Files are sorted by length and padded
+into batches of at most ``max_tokens`` frames (and ``batch_size`` files) as ``fairseq-generate`` batches a manifest,
 and decoded by the task's ``TransducerGenerator``; the units become words as ``fairseq-generate --post-process
-sentencepiece`` joins them (the recipe's WER). So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints
-for its features with the same search options and batches. Every file is checked before decoding:
-missing, unreadable, empty or too long ones are all named in one error, and none is skipped. The command line
-refuses file names holding a tab or a line break (they would break its ``PATH<TAB>transcript`` lines). The
-checkpoint is checked as fairseq-generate checks it (``ssm_fairseq.checkpoint_checks``: CRCs, finite weights, and
-the dictionary it was trained with against the data directory's).
+sentencepiece`` joins them (the recipe's WER). So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints for
+its features with the same search options and batches. Every file is checked before decoding: missing, unreadable,
+empty or too long ones are all named in one error, and none is skipped (a file longer than the model's
+``max_source_positions`` with what to do: stream it with a causal model, or split it). The command line refuses file
+names holding a tab or a line break (they would break its ``PATH<TAB>transcript`` lines). The checkpoint is checked
+as fairseq-generate checks it (``ssm_fairseq.checkpoint_checks``: CRCs, finite weights, and the dictionary it was
+trained with against the data directory's).
 """
 from __future__ import annotations
 
@@ -63,8 +65,8 @@ from fairseq.data.audio.data_cfg import S2TDataConfig
 from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 from torch.nn.utils.rnn import pad_sequence
 
-from .audio_features import (FRAME_SHIFT_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames,
-                             filterbank_features)
+from .audio_features import (FRAME_SHIFT_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, Conversions,
+                             audio_frames, filterbank_features)
 from .checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from .generation.transducer_generator import NonFiniteScoreError
@@ -76,6 +78,7 @@ logger = logging.getLogger("ssm_fairseq.transcribe")
 
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+PER_FRAME_TRANSFORMS = ("GlobalCMVN",)  # feature transforms that treat every frame alone: they can stream
 
 
 class TimedTranscript(NamedTuple):
@@ -151,6 +154,27 @@ def load_language_model(path: Path | str, data_dir: Path | str, device: torch.de
     return lm
 
 
+def _check_options(beam: int, max_symbols_per_frame: int, max_tokens: int | None, batch_size: int | None,
+                   search: str, precision: str) -> None:
+    """``ValueError`` naming the first of ``Transcriber``'s options out of its range."""
+    for name, value in [("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame),
+                        ("max_tokens", max_tokens), ("batch_size", batch_size)]:
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+
+
+def _device(device: str | torch.device | None) -> torch.device:
+    """``device``, by default cuda if available, else cpu; ``ValueError`` for cuda where there is none."""
+    chosen = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {chosen} asked for, but CUDA is not available here (--cpu decodes on CPU)")
+    return chosen
+
+
 class Transcriber:
     """A transducer checkpoint loaded once (model, dictionary, feature transforms, search).
 
@@ -182,29 +206,18 @@ class Transcriber:
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, lenpen: float = 1.0, blank_penalty: float = 0.0,
                  max_tokens: int | None = None, batch_size: int | None = None, precision: str = "float32",
                  lm_path: Path | str | None = None, lm_weight: float = 0.0, lm_eos: bool = True):
-        for name, value in [("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame),
-                            ("max_tokens", max_tokens), ("batch_size", batch_size)]:
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
-        if search not in SEARCHES:
-            raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        _check_options(beam=beam, max_symbols_per_frame=max_symbols_per_frame, max_tokens=max_tokens,
+                       batch_size=batch_size, search=search, precision=precision)
         self.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None and batch_size is None else max_tokens
         self.batch_size = batch_size
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device} asked for, but CUDA is not available here (--cpu decodes on CPU)")
+        self.device = _device(device)
+        # fp16/bf16 off: fairseq keeps the training run's --fp16 / --bf16 in the task config, where build_generator
+        # would read them and convert the model; the precision is this argument's alone
         state = load_checkpoint(checkpoint, data_dir, search=search, max_symbols_per_frame=max_symbols_per_frame,
-                                blank_penalty=blank_penalty, lm_eos=lm_eos)
+                                blank_penalty=blank_penalty, lm_eos=lm_eos, fp16=False, bf16=False)
         cfg = state["cfg"]
         self.task = tasks.setup_task(cfg.task)
-        with naming_the_checkpoint(str(checkpoint)):
-            self.model = self.task.build_model(cfg.model, from_checkpoint=True)
-        self.model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
-        self.model.to(self.device)
-        self.model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
-        self.model.to(PRECISIONS[precision])  # the generator casts the features to the model's dtype
+        self.model = self._load_model(checkpoint, state, PRECISIONS[precision])
         lm = None if lm_path is None else load_language_model(lm_path, cfg.task.data, self.device)
         self.generator = self.task.build_generator([self.model], Namespace(beam=beam, nbest=1, lenpen=lenpen),
                                                    extra_gen_cls_kwargs={"lm_model": lm, "lm_weight": lm_weight})
@@ -219,13 +232,27 @@ class Transcriber:
         searching = "greedy search" if beam == 1 else f"beam {beam}, {search} search"
         if lm is not None:
             searching += f", fused with {lm_path} (weight {lm_weight})"
+        dtype = str(self.generator.model_dtype()).removeprefix("torch.")  # what decodes, not only what was asked
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
-                    f"parameters, on {self.device} in {precision}; {searching}")
+                    f"parameters, on {self.device} in {dtype}; {searching}")
 
-    def features(self, path: Path | str) -> torch.Tensor:
+    def _load_model(self, checkpoint: Path | str, state: dict, dtype: torch.dtype) -> torch.nn.Module:
+        """The checkpoint's model with its weights, on this transcriber's device in ``dtype``, in eval mode."""
+        cfg = state["cfg"]
+        with naming_the_checkpoint(str(checkpoint)):
+            model = self.task.build_model(cfg.model, from_checkpoint=True)
+        model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+        model.to(self.device)
+        model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
+        return model.to(dtype)  # the generator casts the features to the model's dtype
+
+    def features(self, path: Path | str, conversions: Conversions | None = None) -> torch.Tensor:
         """``T x 80`` features of one audio file as the model saw them in training: filterbanks, then the
-        config's transforms for evaluation splits. Raises ``AudioError`` naming the file (NaN or inf samples too)."""
-        fbank, _ = filterbank_features(path)
+        config's transforms for evaluation splits; ``conversions`` counts the file if it was not 16 kHz mono.
+        Raises ``AudioError`` naming the file (NaN or inf samples too)."""
+        fbank, conversion = filterbank_features(path)
+        if conversions is not None:
+            conversions.add(path, conversion)
         if self.feature_transforms is not None:
             fbank = self.feature_transforms(fbank)
         if not np.isfinite(fbank).all():
@@ -248,12 +275,13 @@ class Transcriber:
         exactly the SentencePiece text's).
 
         Raises ``InputError`` naming every file that is missing, unreadable, empty or longer than the model's
-        ``max_source_positions`` (or than ``max_tokens``) before anything is decoded.
+        ``max_source_positions`` (or than ``max_tokens``) before anything is decoded. Files that are not 16 kHz
+        mono are converted and logged, one line per kind of conversion (``Conversions``).
         """
         if isinstance(paths, (str, Path)):
             raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
         if timestamps:
-            self._check_timestamps()
+            self.check_timestamps()
         if not paths:
             return []
         frames = np.array(self._frames(paths), dtype=np.int64)
@@ -261,10 +289,10 @@ class Transcriber:
         batches = data_utils.batch_by_size(order, num_tokens_fn=frames.__getitem__, max_tokens=self.max_tokens,
                                            max_sentences=self.batch_size)
         texts: list[str | TimedTranscript | None] = [None] * len(paths)
-        done, every = 0, max(1, len(batches) // 10)
+        done, every, conversions = 0, max(1, len(batches) // 10), Conversions()
         for n, batch in enumerate(batches, 1):
             try:
-                decoded = self._decode(batch, [self.features(paths[i]) for i in batch],
+                decoded = self._decode(batch, [self.features(paths[i], conversions) for i in batch],
                                        [_duration(paths[i]) for i in batch] if timestamps else None)
             except NonFiniteScoreError as error:  # sample ids are indices of paths
                 raise InputError([f"{paths[i]}: {error.reason}" for i in error.ids]) from error
@@ -273,27 +301,55 @@ class Transcriber:
             done += len(batch)
             if n % every == 0 or n == len(batches):
                 logger.info(f"{done}/{len(paths)} files transcribed ({n}/{len(batches)} batches)")
+        conversions.log(logger)
         return texts
 
     def _frames(self, paths: Sequence[Path | str]) -> list[int]:
         """Feature frames of every file (from its header), or ``InputError`` listing every bad file."""
         frames, problems = [], []
-        limits = [(self.max_frames, "the model's max_source_positions")]
-        if self.max_tokens is not None:
-            limits.append((self.max_tokens, "max_tokens (--max-tokens)"))
-        limit, limit_name = min(limits)
         for path in paths:
             try:
                 frames.append(audio_frames(path))
             except AudioError as error:
                 problems.append(str(error))
                 continue
-            if frames[-1] > limit:
-                problems.append(f"{path}: {frames[-1]} feature frames ({frames[-1] / 100:.1f} s), more than "
-                                f"{limit_name} ({limit})")
+            too_long = self._too_long(path, frames[-1])
+            if too_long:
+                problems.append(too_long)
         if problems:
             raise InputError(problems)
         return frames
+
+    def _too_long(self, path: Path | str, frames: int) -> str | None:
+        """What to do with a file of ``frames`` feature frames longer than a batch may be, or None if it fits."""
+        length = f"{path}: {frames / 100:.1f} s of audio ({frames} feature frames)"
+        if frames > self.max_frames:
+            problem = self.streaming_problem()
+            advice = (f"split it into pieces of at most {self.max_frames // 100} s (this model cannot stream it: "
+                      f"{problem})" if problem else
+                      "stream it, which has no length limit (ssm-transcribe --stream; StreamingTranscriber from "
+                      f"Python), or split it into pieces of at most {self.max_frames // 100} s")
+            return (f"{length}, longer than this model transcribes offline: {self.max_frames / 100:.1f} s "
+                    f"({self.max_frames} frames, its max_source_positions); {advice}")
+        if self.max_tokens is not None and frames > self.max_tokens:
+            return (f"{length}, more than a batch holds (max_tokens, --max-tokens {self.max_tokens}): raise "
+                    f"--max-tokens to at least {frames}")
+        return None
+
+    def streaming_problem(self) -> str | None:
+        """Why this model and data directory cannot transcribe chunk by chunk (``StreamingTranscriber``), or None:
+        an encoder that needs the whole utterance, or feature transforms that do (utterance CMVN)."""
+        try:
+            self.model.encoder.check_streamable()
+        except ValueError as error:
+            return str(error)
+        transforms = [] if self.feature_transforms is None else self.feature_transforms.transforms
+        for transform in transforms:
+            if type(transform).__name__ not in PER_FRAME_TRANSFORMS:
+                return (f"the data directory's config.yaml applies {type(transform).__name__}, which needs the whole "
+                        "utterance: streaming needs per-frame transforms (prepare the data with --cmvn global, and "
+                        "train on it)")
+        return None
 
     def _decode(self, ids: Sequence[int], features: list[torch.Tensor],
                 durations: list[float] | None = None) -> list[str] | list[TimedTranscript]:
@@ -315,7 +371,7 @@ class Transcriber:
                                                                       [frame for frame, _ in aligned], durations[i]))
         return texts
 
-    def _check_timestamps(self) -> None:
+    def check_timestamps(self) -> None:
         """``ValueError`` if the config's pre-tokenizer rewrites the SentencePiece text (its words are timed)."""
         if self.tokenizer is not None:
             raise ValueError(f"timestamps time the words of the SentencePiece text; this config's pre_tokenizer "
@@ -334,7 +390,7 @@ class Transcriber:
         words of ``text(tokens)`` with their times in seconds (``word_timestamps`` at this model's
         ``frame_seconds``, clamped to ``duration`` when given). The ids ``text`` drops (``</s>``, ``<s>``) are
         dropped here too."""
-        self._check_timestamps()
+        self.check_timestamps()
         if len(tokens) != len(frames):
             raise ValueError(f"{len(tokens)} tokens but {len(frames)} frames")
         dropped = set(self.generator.symbols_to_strip_from_output) | {self.dictionary.eos()}
@@ -408,8 +464,8 @@ def main(argv: list[str] | None = None) -> int:
                              "CMVN, e.g. --arch mssm_transducer_streaming): the partial transcript goes to stderr "
                              "whenever it changes, the final lines to stdout as without --stream; no length limit, "
                              "and --max-tokens / --batch-size do not apply (one file at a time)")
-    parser.add_argument("--chunk-ms", type=int, default=None,
-                        help="with --stream: milliseconds of audio per chunk (default 320)")
+    parser.add_argument("--chunk-ms", type=float, default=None,
+                        help="with --stream: milliseconds of audio per chunk, rounded to whole samples (default 320)")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--fp16", action="store_const", const="float16", dest="precision", default="float32",
@@ -423,8 +479,13 @@ def main(argv: list[str] | None = None) -> int:
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.transcribe.transcribe from Python)")
     if args.chunk_ms is not None and not args.stream:
         parser.error("--chunk-ms sets the chunks of --stream; add --stream")
-    if args.chunk_ms is not None and args.chunk_ms < 1:
-        parser.error(f"--chunk-ms must be at least 1, got {args.chunk_ms}")
+    if args.chunk_ms is not None:
+        from .streaming.transcriber import chunk_samples  # it builds on this module
+
+        try:
+            chunk_samples(args.chunk_ms)
+        except ValueError as error:
+            parser.error(f"--chunk-ms: {error}")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
     if args.stream:
@@ -486,7 +547,7 @@ def _stream_main(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as error:  # a missing data file, a model or data that cannot stream
         logger.error(str(error))
         return 1
-    logger.info(f"streamed {len(args.audio)} files in {chunk_ms} ms chunks in {time.perf_counter() - start:.1f} s")
+    logger.info(f"streamed {len(args.audio)} files in {chunk_ms:g} ms chunks in {time.perf_counter() - start:.1f} s")
     return 0
 
 

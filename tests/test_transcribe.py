@@ -500,3 +500,62 @@ def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
         timed = Transcriber(checkpoint, device="cpu", **search).transcribe([joined], timestamps=True)[0]
         print(f"trained model, {name}: {timed.text!r}\n{timed_words_json(timed.words)}")
         _check_timed(timed, duration, 0.04)
+
+
+def test_a_checkpoint_trained_in_bf16_decodes_in_the_precision_asked_for(trained, tmp_path):
+    """fairseq keeps the training run's ``--bf16`` in the checkpoint's task config, which the task's
+    ``build_generator`` reads: transcription must still decode in float32 when float32 is asked for (and say so)."""
+    data, checkpoint, files = trained
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state["cfg"]["task"].bf16 = state["cfg"]["common"]["bf16"] = True  # as fairseq-train --bf16 saves them
+    trained_bf16 = tmp_path / "trained_bf16.pt"
+    torch.save(state, trained_bf16)
+    transcriber = Transcriber(trained_bf16, device="cpu", **SEARCH)
+    assert {p.dtype for p in transcriber.model.parameters()} == {torch.float32}
+    assert transcriber.generator.model_dtype() == torch.float32
+    expected = Transcriber(checkpoint, device="cpu", **SEARCH).transcribe(files[:2])
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(trained_bf16),
+                          *_cli_options(SEARCH), "--cpu", *map(str, files[:2])],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on cpu in float32" in out.stderr
+    assert out.stdout.splitlines() == [f"{path}\t{text}" for path, text in zip(files[:2], expected)]
+
+
+def test_a_file_longer_than_the_model_takes_says_what_to_do(trained, tmp_path):
+    """A 61 s file (the model takes 6000 frames, 60 s): named with its duration and the limit in seconds, and the
+    way out: this model is not causal, so split the file; a file over --max-tokens: raise it."""
+    _, checkpoint, files = trained
+    long = tmp_path / "long.flac"
+    sf.write(long, np.random.default_rng(0).uniform(-0.1, 0.1, 61 * 16000).astype(np.float32), 16000)
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--cpu",
+                          str(files[0]), str(long)], capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 1 and out.stdout == ""
+    assert (f"{long}: 61.0 s of audio (6098 feature frames), longer than this model transcribes offline: 60.0 s "
+            "(6000 frames, its max_source_positions); split it into pieces of at most 60 s (this model cannot "
+            "stream it: BidirectionalSSM needs the whole utterance") in out.stderr
+    with pytest.raises(InputError, match=re.escape(f"{files[0]}: {audio_frames(files[0]) / 100:.1f} s of audio "
+                                                   f"({audio_frames(files[0])} feature frames), more than a batch "
+                                                   "holds (max_tokens, --max-tokens 100): raise --max-tokens to at "
+                                                   f"least {audio_frames(files[0])}")):
+        Transcriber(checkpoint, device="cpu", max_tokens=100).transcribe(files[:1])
+
+
+def test_audio_converted_to_16khz_mono_is_logged(trained, tmp_path):
+    """An 8 kHz copy transcribes differently from the 16 kHz original (its top mel bins are empty): one line per
+    kind of conversion says so, naming the files."""
+    import torchaudio.functional
+
+    _, checkpoint, files = trained
+    mono, rate = sf.read(files[1], dtype="float32")
+    narrow, stereo = tmp_path / "8k.wav", tmp_path / "stereo.flac"
+    sf.write(narrow, torchaudio.functional.resample(torch.from_numpy(mono), rate, 8000).numpy(), 8000)
+    sf.write(stereo, np.stack([mono, mono], axis=1), rate)
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--beam",
+                          "1", "--cpu", str(files[1]), str(narrow), str(stereo), str(narrow)],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (f"2 files not 16 kHz mono: resampled from 8000 Hz (no sound above 4000 Hz) (to 16 kHz mono): {narrow}, "
+            f"{narrow}") in out.stderr
+    assert f"1 file not 16 kHz mono: 2 channels downmixed (to 16 kHz mono): {stereo}" in out.stderr
+    assert str(files[1]) not in out.stderr.split("not 16 kHz mono", 1)[1]

@@ -138,9 +138,11 @@ class BeamSearch(ChunkedSearch):
         self.beams = beams
         self._chunk_done(lengths)
 
-    def partial(self) -> list[Hypothesis]:
-        """The best hypothesis so far of each utterance, by score (without the LM's ``</s>`` score)."""
-        return [_hypothesis(max(prefixes, key=lambda p: p.score)) for prefixes in self.beams]
+    def partial(self, length_norm: float = 0.0) -> list[Hypothesis]:
+        """The best hypothesis so far of each utterance, ranked as ``finish`` ranks with ``length_norm``
+        (``ranking_score``; without the LM's ``</s>`` score)."""
+        return [_hypothesis(max(prefixes, key=lambda p: ranking_score(p.score, len(p.tokens), length_norm)))
+                for prefixes in self.beams]
 
     @torch.no_grad()
     def finish(self, nbest: int = 1, length_norm: float = 0.0) -> list[list[Hypothesis]]:

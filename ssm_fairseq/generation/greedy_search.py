@@ -98,8 +98,9 @@ class GreedySearch(ChunkedSearch):
         self.state = [(h.index_copy(1, rows, nh), c.index_copy(1, rows, nc))
                       for (h, c), (nh, nc) in zip(self.state, new_state)]
 
-    def partial(self) -> list[Hypothesis]:
-        """The hypotheses so far, one per utterance (without the LM's ``</s>`` score)."""
+    def partial(self, length_norm: float = 0.0) -> list[Hypothesis]:
+        """The hypotheses so far, one per utterance (without the LM's ``</s>`` score); ``length_norm`` does not
+        matter (one hypothesis): the argument of ``BeamSearch.partial``."""
         return [Hypothesis(list(self.tokens[b]), self.scores[b].item(), list(self.token_scores[b]),
                            list(self.frames[b])) for b in range(len(self.tokens))]
 
