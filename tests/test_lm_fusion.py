@@ -3,14 +3,16 @@ LM's full forward pass (spade_lm, transformer_lm, lstm_lm), and unchanged search
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
 from fairseq.data import Dictionary
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 
-from ssm_fairseq.generation import beam_search, greedy_search
-from ssm_fairseq.generation.lm_fusion import LanguageModelFusion, LanguageModelMismatchError, check_same_units
+from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.generation.lm_fusion import LanguageModelFusion, LanguageModelMismatchError, \
+    LanguageModelWeightError, NotALanguageModelError, check_same_units
 
 from spade_cases import SMALL, build
 from test_transducer_search import ENCODER_DIM, exhaustive_scores, lattice_log_probs, tiny_model
@@ -251,3 +253,39 @@ def test_a_language_model_over_other_units_is_refused():
         other.add_symbol(symbol)
     with pytest.raises(LanguageModelMismatchError, match="unit 6 is 'x6' where the transducer's is 'u6'"):
         check_same_units(other, asr)
+
+
+def test_padding_and_a_first_difference_with_other_sizes_are_named():
+    asr = units(6)
+    padded = units(6)
+    padded.pad_to_multiple_(8)  # as fairseq-preprocess pads a dictionary it builds
+    with pytest.raises(LanguageModelMismatchError, match=re.escape(
+            "has 8 units and the transducer 6, the first 6 the same; the rest are 2 madeupword symbols")):
+        check_same_units(padded, asr)
+    longer = Dictionary()
+    for symbol in ["u5", "u4", "u6"]:
+        longer.add_symbol(symbol)
+    with pytest.raises(LanguageModelMismatchError, match=re.escape(
+            "unit 4 is 'u5' where the transducer's is 'u4' (7 units, the transducer 6)")):
+        check_same_units(longer, asr)
+
+
+@pytest.mark.parametrize("weight", [-0.5, float("inf"), float("nan")])
+def test_a_negative_or_non_finite_weight_is_refused(weight):
+    with pytest.raises(LanguageModelWeightError, match=f"--lm-weight must be a finite number >= 0 .*got {weight}"):
+        LanguageModelFusion(bigram_lm(7), weight, BLANK, EOS)
+    with pytest.raises(LanguageModelWeightError, match="--lm-weight must be a finite number >= 0"):
+        TransducerGenerator([tiny_model(vocab=7, blank=BLANK)], units(7), lm_model=bigram_lm(7), lm_weight=weight)
+
+
+def test_a_weight_whose_fused_scores_overflow_is_named():
+    """1e38 times log-probabilities below -3.4 leaves float32's range: the weight is named, not the model or audio."""
+    fusion = LanguageModelFusion(bigram_lm(7, sharpness=20.0), 1e38, BLANK, EOS)
+    with pytest.raises(LanguageModelWeightError, match=r"--lm-weight 1e\+38 is too large: .* beyond float32's range"):
+        fusion.start(1)
+
+
+def test_a_model_that_is_no_language_model_is_refused():
+    transducer = tiny_model(vocab=7, blank=BLANK)
+    with pytest.raises(NotALanguageModelError, match="is a .*, not a fairseq language model"):
+        TransducerGenerator([transducer], units(7), lm_model=tiny_model(vocab=7, blank=BLANK), lm_weight=0.5)

@@ -15,6 +15,7 @@ of its hypothesis, as the full forward pass over them would.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -26,18 +27,61 @@ class LanguageModelMismatchError(ValueError):
     """A language model over other units than the transducer's."""
 
 
-def check_same_units(lm_dictionary, asr_dictionary, lm_name: str = "the language model") -> None:
-    """Refuse an LM whose dictionary is not the transducer's, naming both sizes or the first differing symbol."""
-    if len(lm_dictionary) != len(asr_dictionary):
+class NotALanguageModelError(ValueError):
+    """An ``--lm-path`` model that is not a fairseq language model (e.g. a transducer checkpoint)."""
+
+
+class LanguageModelWeightError(ValueError):
+    """An LM weight that fusion cannot use: negative, not finite, or so large that the fused scores overflow."""
+
+
+PADDING_SYMBOL = "madeupword"  # fairseq-preprocess pads a dictionary it builds with madeupword0000, 0001, ...
+
+
+def check_lm_weight(weight: float) -> None:
+    """Refuse an LM weight that is not a finite number >= 0 (a negative weight rewards what the LM finds unlikely)."""
+    if not math.isfinite(weight) or weight < 0:
+        raise LanguageModelWeightError(f"--lm-weight must be a finite number >= 0 (typically 0.1 to 1), got {weight}")
+
+
+def _padding_note(longer: Sequence[str], shorter_name: str, common: int) -> str:
+    """Why ``longer`` has units beyond the first ``common``, when they are fairseq-preprocess's padding."""
+    extra = longer[common:]
+    if not all(symbol.startswith(PADDING_SYMBOL) for symbol in extra):
+        return f"; its unit {common} is {extra[0]!r}, which {shorter_name} lacks"
+    return (f"; the rest are {len(extra)} {PADDING_SYMBOL} symbols, which fairseq-preprocess adds when it builds a "
+            f"dictionary (to a multiple of --padding-factor, 8 by default), and fairseq-generate cannot load the LM "
+            f"with the transducer's dictionary (--srcdict is not padded)")
+
+
+def check_is_language_model(lm, lm_name: str = "the language model") -> None:
+    """Refuse a model without the incremental decoder over a dictionary that fusion steps (``lm.decoder``)."""
+    if not hasattr(getattr(lm, "decoder", None), "dictionary"):
+        raise NotALanguageModelError(f"{lm_name} is a {type(lm).__name__}, not a fairseq language model (one with a "
+                                     f"decoder over a dictionary, e.g. transformer_lm or spade_lm)")
+
+
+def check_same_units(lm_dictionary, asr_dictionary, lm_name: str = "the language model",
+                     remedy: str = "fairseq-preprocess --only-source --srcdict DATA/dict.txt") -> None:
+    """Refuse an LM whose dictionary is not the transducer's, naming the first differing unit (its index and both
+    symbols) and both sizes if they differ; ``remedy`` says how to binarise the LM's text instead."""
+    lm_units, asr_units = list(lm_dictionary.symbols), list(asr_dictionary.symbols)
+    if lm_units == asr_units:
+        return
+    advice = f": fusion needs an LM trained over the transducer's dictionary ({remedy})"
+    common = min(len(lm_units), len(asr_units))
+    first = next((i for i in range(common) if lm_units[i] != asr_units[i]), None)
+    if first is not None:
+        sizes = (f" ({len(lm_units)} units, the transducer {len(asr_units)})"
+                 if len(lm_units) != len(asr_units) else "")
         raise LanguageModelMismatchError(
-            f"{lm_name} has {len(lm_dictionary)} units and the transducer {len(asr_dictionary)}: fusion needs an LM "
-            f"trained over the transducer's dictionary (fairseq-preprocess --srcdict DATA/dict.txt)")
-    for index in range(len(asr_dictionary)):
-        if lm_dictionary[index] != asr_dictionary[index]:
-            raise LanguageModelMismatchError(
-                f"{lm_name}'s unit {index} is {lm_dictionary[index]!r} where the transducer's is "
-                f"{asr_dictionary[index]!r}: fusion needs an LM trained over the transducer's dictionary "
-                f"(fairseq-preprocess --srcdict DATA/dict.txt)")
+            f"{lm_name}'s unit {first} is {lm_units[first]!r} where the transducer's is {asr_units[first]!r}{sizes}"
+            f"{advice}")
+    note = (_padding_note(lm_units, "the transducer's", common) if len(lm_units) > common
+            else _padding_note(asr_units, "the LM's", common))
+    raise LanguageModelMismatchError(
+        f"{lm_name} has {len(lm_units)} units and the transducer {len(asr_units)}, the first {common} the same"
+        f"{note}{advice}")
 
 
 @dataclass
@@ -66,7 +110,8 @@ class LanguageModelFusion:
 
     Args:
         lm: a ``FairseqLanguageModel`` with an incremental decoder, over the transducer's units.
-        weight: the LM weight ``W`` of the fused score.
+        weight: the LM weight ``W`` of the fused score, finite and >= 0 (``check_lm_weight``); ``W * log p_lm`` must
+            be a finite float32 too, else the step that meets it raises ``LanguageModelWeightError``.
         blank: the transducer's blank, which the LM never scores (its column of ``scores`` is 0).
         eos: the dictionary's ``</s>``: the LM's first input, and the unit whose probability ends a hypothesis.
         add_eos: whether ``eos_scores`` adds ``W * log p_lm(</s> | labels)`` (``--lm-eos``); 0 when False.
@@ -75,6 +120,7 @@ class LanguageModelFusion:
     """
 
     def __init__(self, lm, weight: float, blank: int, eos: int, add_eos: bool = True):
+        check_lm_weight(weight)
         self.lm, self.weight, self.blank, self.eos, self.add_eos = lm, weight, blank, eos, add_eos
         self.device = next(lm.parameters()).device
         self._rows: list[tuple[_Group, int]] = []
@@ -138,9 +184,23 @@ class LanguageModelFusion:
         out = self.lm.decoder(tokens, incremental_state=state)
         log_probs = self.lm.get_normalized_probs(out, log_probs=True)[:, -1].float()
         weighted = log_probs * self.weight if self.weight else torch.zeros_like(log_probs)
+        self._check_finite(log_probs, weighted)
         eos = weighted[:, self.eos].clone()
         weighted[:, self.blank] = 0.0
         return _Group(state, tokens, weighted, eos)
+
+    def _check_finite(self, log_probs: Tensor, weighted: Tensor) -> None:
+        """The rule for the weight: every fused score must be a finite float32, so ``weight * log p_lm`` must be;
+        refuse, naming the weight (or the LM, if its own log-probabilities are NaN or inf), where it is not."""
+        if torch.isfinite(weighted).all():
+            return
+        if not torch.isfinite(log_probs).all():
+            raise LanguageModelWeightError("the language model computed NaN or inf log-probabilities: fusion cannot "
+                                           "score with it (decode without --lm-path to check the transducer alone)")
+        lowest = log_probs.min().item()
+        raise LanguageModelWeightError(
+            f"--lm-weight {self.weight} is too large: times the language model's log-probabilities (as low as "
+            f"{lowest:.4g}) it gives fused scores beyond float32's range (inf); use a weight of the order of 0.1 to 1")
 
     def _add(self, group: _Group) -> list[int]:
         first = len(self._rows)

@@ -9,7 +9,7 @@ from torch import Tensor
 from .beam_search import BeamSearch
 from .greedy_search import GreedySearch
 from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
-from .lm_fusion import LanguageModelFusion, check_same_units
+from .lm_fusion import LanguageModelFusion, check_is_language_model, check_lm_weight, check_same_units
 
 
 class NonFiniteScoreError(ValueError):
@@ -67,11 +67,11 @@ class TransducerGenerator:
         self.eos = tgt_dict.eos()
         self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
-        if not math.isfinite(lm_weight):
-            raise ValueError(f"--lm-weight must be a finite number, got {lm_weight}")
+        check_lm_weight(lm_weight)
         if lm_weight and lm_model is None:
             raise ValueError(f"--lm-weight {lm_weight} needs a language model (--lm-path)")
         if lm_model is not None:
+            check_is_language_model(lm_model)
             check_same_units(lm_model.decoder.dictionary, tgt_dict)
         self.lm_model = lm_model
         if lm_model is not None:
@@ -116,6 +116,10 @@ class TransducerGenerator:
             ids = sample["id"][bad].tolist() if "id" in sample else bad
             dtype = self.model_dtype()
             hint = "; decode in float32 or bfloat16 (without --fp16)" if dtype == torch.float16 else ""
+            if self.lm_model is not None and self.lm_weight:
+                hint += (f"; or the fused scores overflowed: --lm-weight {self.lm_weight} times the language model's "
+                         f"log-probabilities (decode without --lm-path, or with a weight of the order of 0.1 to 1, "
+                         f"to tell)")
             raise NonFiniteScoreError(ids, f"hypothesis scores are not finite (NaN or inf): the {dtype} model "
                                            f"computed NaN or inf{hint}")
 

@@ -41,6 +41,8 @@ from ..checkpoint_checks import EVALUATION_SPLIT, FEATURES_ROLE, FINGERPRINT_KEY
     FeatureMismatchError, dictionary_fingerprint, feature_fingerprint, fingerprint_differences
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ..generation.language_model_check import check_language_model
+from ..generation.lm_fusion import check_lm_weight
 from ..models.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
 from .feature_check import non_finite_utterances
 from .manifest_check import check_manifest
@@ -120,15 +122,14 @@ class SpeechTransducerTask(SpeechToTextTask):
 
     @classmethod
     def setup_task(cls, args, **kwargs):
-        """As ``speech_to_text``; with ``fairseq-generate --lm-path``, first the check that the data directory has
-        the ``dict.txt`` fairseq loads the language model with (fairseq's LM convention; it names no file)."""
+        """As ``speech_to_text``; with ``fairseq-generate --lm-path``, first the checks fairseq-generate runs too late
+        or not at all (it sets the task up before it loads the LM): ``--lm-weight`` a finite number >= 0, the data
+        directory has the ``dict.txt`` fairseq loads the LM with (fairseq's LM convention; it names no file), and the
+        checkpoint is a language model trained over that dictionary's units in its order (``check_language_model``)."""
         lm_path = getattr(args, "lm_path", None)
-        lm_dictionary = Path(args.data) / "dict.txt"
-        if lm_path and not lm_dictionary.is_file():
-            raise FileNotFoundError(
-                f"--lm-path {lm_path}: fairseq-generate loads the language model with {lm_dictionary}, which does not "
-                f"exist: copy the transducer's dictionary there (config.yaml's vocab_filename; ssm-prepare-librispeech "
-                f"writes it) and train the LM with fairseq-preprocess --srcdict {lm_dictionary}")
+        if lm_path:
+            check_lm_weight(getattr(args, "lm_weight", 0.0) or 0.0)
+            check_language_model(lm_path, args.data)
         return super().setup_task(args, **kwargs)
 
     def build_model(self, cfg, from_checkpoint: bool = False):
