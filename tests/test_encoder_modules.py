@@ -109,6 +109,37 @@ def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_o
         torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
 
 
+def test_encoder_kernels_generated_together_equal_kernels_generated_one_by_one(monkeypatch):
+    from dataclasses import replace
+
+    from ssm_fairseq.ssm import batched_kernels
+
+    torch.manual_seed(0)
+    encoder = SpeechEncoder("mssm", 3, replace(SMALL, dropout=0.0), input_dim=20, subsampler="ms").double().train()
+    features = torch.randn(2, 40, 20, dtype=torch.float64)
+    lengths = torch.tensor([40, 29])
+
+    def output_and_grads():
+        encoder.zero_grad()
+        y = encoder(features, lengths)["encoder_out"]
+        y.square().sum().backward()
+        return y.detach(), [p.grad.clone() for p in encoder.parameters()]
+
+    y_ref, grads_ref = output_and_grads()  # on CPU: one kernel at a time
+    monkeypatch.setattr(batched_kernels, "BATCHED_DEVICES", ("cpu",))  # the GPU's path, here on CPU
+    calls = []
+    monkeypatch.setattr(batched_kernels, "batched_kernels",
+                        lambda kernels, L, inner=batched_kernels.batched_kernels: calls.append(len(kernels))
+                        or inner(kernels, L))
+    y, grads = output_and_grads()
+    # one generation per scale of the ms sub-sampler (2 and 4 layers) and one for the encoder's 3 layers
+    assert calls == [2 * 4, 4 * 4, 3 * 4]
+    assert not batched_kernels._GENERATED  # released when the forward pass ends
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
 def test_bad_configurations_are_rejected():
     with pytest.raises(ValueError, match="even number of heads"):
         MultiHeadSSM(9, heads=3, gating="ihg")

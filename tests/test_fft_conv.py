@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ssm_fairseq.ssm import bidirectional_fft_conv, fft_conv
+from ssm_fairseq.ssm import bidirectional_fft_conv, fft_conv, two_way_fft_conv
 from ssm_fairseq.ssm.fft_conv import fft_size
 
 
@@ -94,6 +94,24 @@ def test_gradients_equal_finite_differences(L):
     for reverse in (False, True):
         assert torch.autograd.gradcheck(lambda u, K, D: fft_conv(u, K, D, mask, reverse), (u, K, D))
     assert torch.autograd.gradcheck(lambda u, K, K2: bidirectional_fft_conv(u, K[:1], K2, None, mask), (u, K, K2))
+
+
+@pytest.mark.parametrize("L", [1, 6, 13])
+def test_two_way_convolution_equals_each_half_convolved_its_own_way(L):
+    """Both directions of a bidirectional block in one FFT pair: outputs, padding and gradients as two convolutions."""
+    torch.manual_seed(L)
+    u = torch.randn(2, 6, L, dtype=torch.float64, requires_grad=True)
+    Kf, Kb = (torch.randn(2, 3, L + 1, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    Df, Db = (torch.randn(2, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    mask = torch.zeros(2, L, dtype=torch.bool)
+    mask[1, L // 2 + 1:] = True
+    y = two_way_fft_conv(u, (Kf, Df), (Kb, Db), mask)
+    expected = torch.cat([fft_conv(u[:, :3], Kf, Df, mask), fft_conv(u[:, 3:], Kb, Db, mask, reverse=True)], dim=2)
+    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
+    assert (y[1, ..., L // 2 + 1:] == 0).all()
+    assert torch.autograd.gradcheck(lambda u, Kf, Df, Kb, Db: two_way_fft_conv(u, (Kf, Df), (Kb, Db), mask),
+                                    (u, Kf, Df, Kb, Db))
+    assert torch.autograd.gradcheck(lambda u, Kf, Kb: two_way_fft_conv(u, (Kf, None), (Kb, None)), (u, Kf, Kb))
 
 
 def test_fft_sizes_are_fast_and_long_enough():

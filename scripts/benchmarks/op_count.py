@@ -133,10 +133,10 @@ def measure_workload(build: Callable[[], tuple[nn.Module, dict]], paths: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layers", nargs="+", default=["mssm", "stateformer", "transformer", "conformer"])
+    parser.add_argument("--layers", nargs="*", default=["mssm", "stateformer", "transformer", "conformer"])
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--frames", type=int, default=250, help="frames of the layer workloads")
-    parser.add_argument("--architectures", nargs="+", metavar="ARCH",
+    parser.add_argument("--architectures", nargs="*", metavar="ARCH",
                         default=["mssm_transducer", "transformer_transducer", "conformer_transducer"])
     parser.add_argument("--seconds", type=float, default=2.0, help="audio seconds of the encoder workloads")
     parser.add_argument("--batch", type=int, default=1)

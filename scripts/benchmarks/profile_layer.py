@@ -57,7 +57,9 @@ def _labelled(module: nn.Module, label: str) -> None:
 LABELLED_FUNCTIONS = ((multihead_ssm, "convolve", "convolution"),
                       (multihead_ssm, "linear_channels_first", "linears"),
                       (multihead_ssm, "layer_kernels", "kernel generation"),
-                      (bidirectional_ssm, "layer_kernels", "kernel generation"))
+                      (bidirectional_ssm, "layer_kernels", "kernel generation"),
+                      (bidirectional_ssm, "two_way_fft_conv", "convolution"),
+                      (bidirectional_ssm, "linear_channels_first", "linears"))
 
 
 @contextmanager

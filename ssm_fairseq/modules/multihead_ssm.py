@@ -53,9 +53,9 @@ def build_kernel(kernel: str, channels: int, out_channels: int, heads: int, stat
 
 
 def linear_channels_first(linear: nn.Linear, x: Tensor) -> Tensor:
-    """``linear`` applied to ``B x D_in x L`` inputs: ``B x D_out x L`` (``W x + b``, no transposing copy)."""
-    y = torch.matmul(linear.weight, x)
-    return y + linear.bias.to(y.dtype).unsqueeze(-1)
+    """``linear`` applied to ``B x D_in x L`` inputs: ``B x D_out x L`` (``W x + b``, no transposing copy), one
+    batched product with the bias added in it (``baddbmm``; a ``matmul`` and an addition would be four operators)."""
+    return torch.baddbmm(linear.bias.unsqueeze(-1), linear.weight.expand(x.shape[0], -1, -1), x)
 
 
 class MultiHeadSSM(nn.Module):
@@ -120,9 +120,21 @@ class MultiHeadSSM(nn.Module):
         y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
         return F.glu(y, dim=2).reshape(B, D, L)
 
+    def activated(self, y: Tensor) -> Tensor:
+        """``Dropout(Act(y))`` of ``B x C x D x L`` SSM outputs: ``B x D x L``."""
+        return self.dropout(self.activate(y))
+
     def _stage(self, x: Tensor, kernel, padding_mask: Tensor | None) -> Tensor:
         """``Dropout(Act(SSM(x)))`` of one stage: ``B x D x L -> B x D x L``."""
-        return self.dropout(self.activate(convolve(x, kernel, padding_mask, reverse=self.reverse)))
+        return self.activated(convolve(x, kernel, padding_mask, reverse=self.reverse))
+
+    def recomputes(self, L: int) -> bool:
+        """Whether the stages of a length-``L`` forward pass are recomputed in the backward pass (on a CPU)."""
+        return self.recompute_stages and L >= RECOMPUTE_MIN_LENGTH
+
+    def projected(self, x: Tensor) -> Tensor:
+        """The multi-head projection of ``B x D x L`` inputs (the identity with one head)."""
+        return x if self.in_proj is None else linear_channels_first(self.in_proj, x)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kernels: list | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames. Returns ``B x L x D``.
@@ -135,11 +147,9 @@ class MultiHeadSSM(nn.Module):
         L = x.shape[1]
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L)
-        x = x.transpose(1, 2)
-        if self.in_proj is not None:
-            x = linear_channels_first(self.in_proj, x)
+        x = self.projected(x.transpose(1, 2))
         for i, kernel in enumerate(kernels):
-            if self.recompute_stages and L >= RECOMPUTE_MIN_LENGTH:
+            if self.recomputes(L):
                 x = recomputed(self._stage, x, kernel, padding_mask)  # on a CPU keeps only the stage's input
             else:
                 x = self._stage(x, kernel, padding_mask)

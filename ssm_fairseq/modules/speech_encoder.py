@@ -6,6 +6,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..ssm.batched_kernels import generated_together
 from .dropout import LeanDropout
 from .encoder_layer import EncoderLayer, LayerConfig, PreNormResidual
 from .subsampling import build_subsampler
@@ -68,10 +69,11 @@ class SpeechEncoder(nn.Module):
             x = x + sinusoidal_positions(x.shape[1], x.shape[2], x.device).to(x.dtype)
         x = self.dropout(x)
         intermediate = []
-        for i, layer in enumerate(self.layers, start=1):
-            x = layer(x, padding_mask)
-            if self.intermediate_every and i % self.intermediate_every == 0 and i < len(self.layers):
-                intermediate.append(self.final_norm(x))
+        with generated_together(self.layers, x.shape[1]):  # all layers' MSSM kernels in one call where batched
+            for i, layer in enumerate(self.layers, start=1):
+                x = layer(x, padding_mask)
+                if self.intermediate_every and i % self.intermediate_every == 0 and i < len(self.layers):
+                    intermediate.append(self.final_norm(x))
         return {
             "encoder_out": self.final_norm(x),
             "encoder_lengths": lengths,

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ssm.batched_kernels import generated_together
 from .encoder_layer import EncoderLayer, LayerConfig
 
 
@@ -123,8 +124,9 @@ class MultiScaleSubsampler(nn.Module):
         x = self.in_proj(features)
         for layers in self.scales:
             mask = lengths_to_padding_mask(lengths, x.shape[1])
-            for layer in layers:
-                x = layer(x, mask)
+            with generated_together(layers, x.shape[1]):  # the scale's MSSM kernels in one call where batched
+                for layer in layers:
+                    x = layer(x, mask)
             x, lengths = time_reduction(x, lengths, 2)
         return x, lengths, lengths_to_padding_mask(lengths, x.shape[1])
 

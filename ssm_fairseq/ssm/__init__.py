@@ -3,7 +3,7 @@
 This subpackage imports only torch, so it can be used without fairseq.
 """
 from .dss import DSSKernel
-from .fft_conv import bidirectional_fft_conv, fft_conv
+from .fft_conv import bidirectional_fft_conv, fft_conv, two_way_fft_conv
 from .kernel import SSMKernel, SSMMatrices
 from .mssm_kernel import MSSMKernel
 from .recurrence import ConjugatePairRecurrence, DenseRecurrence, DiagonalRecurrence, LowRankRecurrence, Recurrence
@@ -27,4 +27,5 @@ __all__ = [
     "SSMMatrices",
     "bidirectional_fft_conv",
     "fft_conv",
+    "two_way_fft_conv",
 ]

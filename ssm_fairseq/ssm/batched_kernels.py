@@ -9,19 +9,29 @@ parameters are concatenated along the head and channel dimensions, the merged ke
 parameters through the concatenation), and its ``C x (n H) x L`` output is split back. The result equals the
 kernels generated one by one (tested), with a quarter of the operations for four kernels.
 
-Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``): on CPU, where an operation's
-launch costs little, batching saved no measurable time and raised a 4-layer MSSM encoder's peak training memory
-at 10 s from 47 to 62 MiB (a transient of the batched path: what the backward pass keeps is the same). On CPU
+Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``); an encoder opens
+``generated_together`` around its layers, so that all their kernels of one configuration (every layer, both
+directions, all stages) are one generation per forward pass: the ``mssm_transducer`` encoder's training step at 2 s
+then dispatches 5251 operators instead of 8165 with one generation per layer (``scripts/benchmarks/op_count.py``).
+On CPU, where an operation's launch costs little, batching saved no time and costs memory: the transients of the
+batched generation (the Vandermonde factors of every channel at once) grow with the kernels batched. Batching per
+layer raised a 4-layer MSSM encoder's peak training memory at 10 s from 47 to 62 MiB; batching the whole
+``mssm_transducer`` encoder (its layers' 64 kernels in one generation, its sub-sampler's 24 in two) at 10 s raised it
+from 188 to 671 MiB and its step from 2.0 to 2.4 s (a 2-core CPU; what the backward pass keeps is the same). The
+transient does not grow with the batch of utterances, so on a GPU it is a fixed few hundred MiB. On CPU
 (``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel is not generated at all:
 ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
 (``chunked_conv.py``).
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
+from typing import Iterator
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call
 
 from .chunked_conv import DiagonalSystem, chunked_diagonal_conv
@@ -39,6 +49,9 @@ CHUNKED_DEVICES = ("cpu",)
 CHUNKED_MIN_LENGTH = 2048
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
+# id(kernel) -> (kernel, L, its kernel(L)) while a generated_together context is open (the kernel is held so that its
+# id is not reused)
+_GENERATED: dict[int, tuple[MSSMKernel, int, tuple[Tensor, Tensor]]] = {}
 
 
 def _signature(kernel: MSSMKernel) -> tuple:
@@ -55,16 +68,46 @@ def can_batch(kernels: list) -> bool:
     return len({_signature(k) for k in kernels}) == 1
 
 
+def _chunked(kernels: list, L: int) -> bool:
+    return bool(kernels) and kernels[0].D.device.type in CHUNKED_DEVICES and L >= CHUNKED_MIN_LENGTH
+
+
+def _batched(kernels: list, L: int) -> bool:
+    return bool(kernels) and kernels[0].D.device.type in BATCHED_DEVICES and not _chunked(kernels, L)
+
+
 def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
     """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, in one batched generation on the
     devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM
-    kernel's ``DiagonalSystem`` instead."""
-    device = kernels[0].D.device.type if kernels else None
-    if device in BATCHED_DEVICES:
-        return batched_kernels(kernels, L)
-    if device in CHUNKED_DEVICES and L >= CHUNKED_MIN_LENGTH:
+    kernel's ``DiagonalSystem`` instead. Inside ``generated_together`` the kernels it generated are taken from it."""
+    if kernels and all(_GENERATED.get(id(kernel), (None, -1))[1] == L for kernel in kernels):
+        return [_GENERATED[id(kernel)][2] for kernel in kernels]
+    if _chunked(kernels, L):
         return [kernel.chunkable_system(L) if type(kernel) is MSSMKernel else kernel(L) for kernel in kernels]
+    if _batched(kernels, L):
+        return batched_kernels(kernels, L)
     return [kernel(L) for kernel in kernels]
+
+
+@contextlib.contextmanager
+def generated_together(module: nn.Module, L: int) -> Iterator[None]:
+    """While open, ``layer_kernels`` gives the MSSM kernels inside ``module`` (every layer of an encoder, both
+    directions, all stages) at length ``L`` from one batched generation per configuration, where ``layer_kernels``
+    would batch them (``BATCHED_DEVICES``, with autograd): one generation per forward pass, not one per layer. The
+    generated kernels are held until the context closes."""
+    kernels = [m for m in module.modules() if type(m) is MSSMKernel]
+    if _batched(kernels, L):
+        by_configuration = collections.defaultdict(list)
+        for kernel in kernels:
+            by_configuration[_signature(kernel)].append(kernel)
+        for group in by_configuration.values():
+            if can_batch(group):
+                _GENERATED.update((id(k), (k, L, generated)) for k, generated in zip(group, batched_kernels(group, L)))
+    try:
+        yield
+    finally:
+        for kernel in kernels:
+            _GENERATED.pop(id(kernel), None)
 
 
 def convolve(u: Tensor, kernel: tuple[Tensor, Tensor] | DiagonalSystem, padding_mask: Tensor | None = None,

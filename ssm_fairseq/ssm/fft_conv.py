@@ -11,6 +11,7 @@ for each input's gradient).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -47,41 +48,53 @@ def fft_size(n: int) -> int:
 
 
 class _SpectralConvolution(torch.autograd.Function):
-    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H x L`` kernels: ``B x C x H x L``.
+    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H' x L`` kernels: ``B x C x H x L``.
 
     With ``n`` the FFT size, the causal kernel's spectrum is ``rfft(k, n)`` and the anti-causal kernel's (tap
-    ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Only
-    ``u`` and the ``L`` taps of each kernel are saved. Backward, with ``G = rfft(grad, n)``:
-    ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B`` gives the causal
-    kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
+    ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Given
+    both, their spectra are summed (``H' = H``: each channel convolved both ways) or, with ``stacked``, concatenated
+    (``H' = H / 2``: the first half of the channels causal, the second anti-causal; one FFT pair for both
+    directions of a bidirectional block). Only ``u`` and the ``L`` taps of each kernel are saved. Backward, with
+    ``G = rfft(grad, n)``: ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over
+    ``B`` gives the causal kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
     """
 
     @staticmethod
-    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None) -> Tensor:
+    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None, stacked: bool = False) -> Tensor:
         ctx.save_for_backward(u, causal, anticausal)
+        ctx.stacked = stacked
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
-        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * _kernel_spectrum(causal, anticausal, n)
+        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * _kernel_spectrum(causal, anticausal, n, stacked)
         return torch.fft.irfft(spectrum, n=n)[..., :L]
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
         u, causal, anticausal = ctx.saved_tensors
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
         g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1)
         grad_u = grad_causal = grad_anticausal = None
         if ctx.needs_input_grad[0]:
-            grad_u = torch.fft.irfft((g * _kernel_spectrum(causal, anticausal, n).conj()).sum(1), n=n)[..., :L]
+            spectrum = _kernel_spectrum(causal, anticausal, n, ctx.stacked)
+            grad_u = torch.fft.irfft((g * spectrum.conj()).sum(1), n=n)[..., :L]
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             x = (g * torch.fft.rfft(u, n=n).unsqueeze(1).conj()).sum(0)  # C x H x (n/2 + 1)
+            if ctx.stacked:  # the anti-causal half's gradient is irfft(conj X): one inverse FFT for both
+                x[..., causal.shape[-2]:, :].imag.neg_()
+                return (grad_u, *torch.fft.irfft(x, n=n)[..., :L].split(causal.shape[-2], dim=-2), None)
             if ctx.needs_input_grad[1]:
                 grad_causal = torch.fft.irfft(x, n=n)[..., :L]
             if ctx.needs_input_grad[2]:
                 grad_anticausal = torch.fft.irfft(x.conj(), n=n)[..., :L]
-        return grad_u, grad_causal, grad_anticausal
+        return grad_u, grad_causal, grad_anticausal, None
 
 
-def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int) -> Tensor:
-    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given."""
+def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, stacked: bool = False) -> Tensor:
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given, or with ``stacked`` the two
+    spectra concatenated along the channels (one FFT of both kernels' taps)."""
+    if stacked:
+        spectrum = torch.fft.rfft(torch.cat([causal, anticausal], dim=-2), n=n)
+        spectrum[..., causal.shape[-2]:, :].imag.neg_()
+        return spectrum
     spectra = [torch.fft.rfft(causal, n=n)] if causal is not None else []
     if anticausal is not None:
         spectra.append(torch.fft.rfft(anticausal, n=n).conj())
@@ -89,11 +102,14 @@ def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int) -
 
 
 def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Tensor:
-    """The first ``L`` taps of ``K`` in ``dtype``, with the skip ``D`` added to tap 0 (``D u`` is lag 0's term)."""
-    k = K[..., :L].to(dtype)
+    """The first ``L`` taps of ``K`` in ``dtype``, with the skip ``D`` added to tap 0 (``D u`` is lag 0's term).
+
+    ``D`` is padded to ``L`` taps and added (two operators, whose backward passes are a slice and nothing), not
+    written into tap 0 (whose backward pass would copy the gradient into zeros twice)."""
+    k = (K if K.shape[-1] == L else K[..., :L]).to(dtype)
     if D is None:
         return k
-    return torch.cat([k[..., :1] + D.to(dtype).unsqueeze(-1), k[..., 1:]], dim=-1)
+    return k + F.pad(D.to(dtype).unsqueeze(-1), (0, L - 1))
 
 
 def masked_input(u: Tensor, padding_mask: Tensor | None) -> Tensor:
@@ -130,6 +146,32 @@ def fft_conv(
     x = masked_input(u, padding_mask)
     k = _taps(K, x.shape[-1], x.dtype, D)
     y = _SpectralConvolution.apply(x, None, k) if reverse else _SpectralConvolution.apply(x, k, None)
+    return masked_output(y, padding_mask, u.dtype)
+
+
+def two_way_fft_conv(
+    u: Tensor, causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None],
+    padding_mask: Tensor | None = None,
+) -> Tensor:
+    """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
+
+    Equals ``torch.cat([fft_conv(u1, *causal, padding_mask), fft_conv(u2, *anticausal, padding_mask, reverse=True)],
+    dim=2)`` for ``u = cat([u1, u2], dim=1)``: the two directions of a bidirectional block as one convolution.
+
+    Args:
+        u: ``B x 2H x L``.
+        causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (or None).
+        padding_mask: ``B x L``, True at padded positions (zeroed on input and output, as in ``fft_conv``).
+    Returns:
+        ``B x C x 2H x L`` in the dtype of ``u``.
+    """
+    H = u.shape[1] // 2
+    for K, D in (causal, anticausal):
+        _check_kernel(u[:, :H], K, D, padding_mask)
+    x = masked_input(u, padding_mask)
+    L = x.shape[-1]
+    y = _SpectralConvolution.apply(x, _taps(causal[0], L, x.dtype, causal[1]),
+                                   _taps(anticausal[0], L, x.dtype, anticausal[1]), True)
     return masked_output(y, padding_mask, u.dtype)
 
 
