@@ -1,8 +1,12 @@
-"""The plugin imports as a package and through fairseq's --user-dir, also when torchaudio cannot load."""
+"""The plugin imports as a package and through fairseq's --user-dir, also when torchaudio cannot load; its
+torch-only parts do not import fairseq, and its components are registered with fairseq in either import order."""
+import logging
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,3 +95,62 @@ def test_console_commands_are_package_functions():
         module, function = target.split(":")
         assert module.startswith("ssm_fairseq.") and function == "main", (name, target)
         assert callable(getattr(importlib.import_module(module), function)), (name, target)
+
+
+def run_in_repo(code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` in the repository root (fairseq installed); fails the test unless it exits 0."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_the_torch_only_subpackages_do_not_import_fairseq():
+    """``import ssm_fairseq.ssm`` (and ``.modules``) used to import fairseq, 2 s, through the package's __init__."""
+    result = run_in_repo("""
+        import sys
+        import ssm_fairseq.ssm, ssm_fairseq.modules
+        print(sorted(m for m in sys.modules if m == "fairseq" or m.startswith("fairseq.")))
+        """)
+    assert result.stdout.strip() == "[]"
+
+
+REGISTERED = """
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+    print("mssm_transducer" in ARCH_MODEL_REGISTRY, "spade_lm" in MODEL_REGISTRY, "speech_transducer" in TASK_REGISTRY,
+          "transducer" in CRITERION_REGISTRY, "warmup_hold_exp_decay" in LR_SCHEDULER_REGISTRY)
+    """
+
+
+@pytest.mark.parametrize("first", [
+    "import ssm_fairseq; import fairseq.models",  # the import hook registers when fairseq completes
+    "import fairseq; import ssm_fairseq",  # registered at once (fairseq-train --user-dir)
+    "import ssm_fairseq.checkpoint_checks",  # one of ours imports fairseq: registered once it is complete
+    "from ssm_fairseq.cli.average_checkpoints import main",
+])
+def test_every_component_is_registered_in_any_import_order(first):
+    assert run_in_repo(first + "\n" + textwrap.dedent(REGISTERED)).stdout.split() == ["True"] * 5
+
+
+def test_commands_print_no_tensorboardx_hint_and_keep_their_logs(tmp_path):
+    """fairseq's text_to_speech task logged "Please install tensorboardX" at import, so every command, even
+    ``--help``, printed it; the command's own error log still shows."""
+    command = [sys.executable, "-m", "ssm_fairseq.cli.average_checkpoints"]
+    result = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0 and "usage:" in result.stdout
+    assert "tensorboardX" not in result.stderr, result.stderr
+    result = subprocess.run([*command, "--checkpoint-dir", str(tmp_path), "--output", str(tmp_path / "avg.pt")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and "tensorboardX" not in result.stderr
+    assert f"{tmp_path} has 0 epoch checkpoints (checkpointN.pt); averaging needs 5" in result.stderr
+
+
+def test_only_the_tensorboardx_hint_is_dropped(caplog):
+    import ssm_fairseq  # noqa: F401  (adds the filter)
+    fairseq_logger = logging.getLogger("fairseq.tasks.text_to_speech")
+    with caplog.at_level(logging.INFO):
+        fairseq_logger.info("Please install tensorboardX: pip install tensorboardX")
+        fairseq_logger.info("something else")
+    assert caplog.messages == ["something else"]

@@ -1,9 +1,12 @@
-"""scripts/prepare_lm_text.py: language-model text in a transducer's units, every bad input named."""
+"""scripts/prepare_lm_text.py: language-model text in a transducer's units, every bad input named, and a failed run
+leaves the previous train.txt and valid.txt as they were."""
 from __future__ import annotations
 
 import gzip
 import importlib.util
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -49,8 +52,17 @@ def test_text_files_and_manifests_become_lower_cased_pieces(data, tmp_path):
                                                             for s in SENTENCES]
 
 
-def test_bad_inputs_are_named(data, tmp_path, caplog):
+def outputs(out: Path) -> dict[str, bytes]:
+    """Every file in ``out`` (temporary files included), by name."""
+    return {path.name: path.read_bytes() for path in out.iterdir()}
+
+
+def test_bad_inputs_are_named_and_leave_the_previous_outputs(data, tmp_path, caplog):
     out = str(tmp_path / "lm")
+    assert prepare_lm_text.main(["--data", str(data), "--out", out, "--train-manifests", "dev",
+                                 "--valid-manifests", "dev"]) == 0
+    previous = outputs(tmp_path / "lm")
+    assert sorted(previous) == ["train.txt", "valid.txt"]
     assert prepare_lm_text.main(["--data", str(data), "--out", out, "--train-text", str(tmp_path / "nowhere.txt"),
                                  "--valid-manifests", "dev"]) == 1
     assert f"{tmp_path}/nowhere.txt: no such file" in caplog.text
@@ -68,5 +80,23 @@ def test_bad_inputs_are_named(data, tmp_path, caplog):
     assert prepare_lm_text.main(["--data", str(data), "--out", out, "--train-text", str(empty),
                                  "--valid-manifests", "dev"]) == 1
     assert "train.txt: no sentence to write (empty input)" in caplog.text
+    # train.txt complete, valid.txt's text empty: neither is replaced
+    assert prepare_lm_text.main(["--data", str(data), "--out", out, "--train-manifests", "dev",
+                                 "--valid-text", str(empty)]) == 1
+    assert "valid.txt: no sentence to write (empty input)" in caplog.text
+    assert outputs(tmp_path / "lm") == previous
     with pytest.raises(SystemExit):
         prepare_lm_text.main(["--data", str(data), "--out", out, "--train-text", str(empty)])  # no validation text
+
+
+def test_an_empty_train_text_leaves_the_previous_train_txt(data, tmp_path):
+    """The command with an empty ``--train-text`` used to leave the previous ``train.txt`` at 0 bytes."""
+    command = [sys.executable, "-m", "ssm_fairseq.cli.prepare_lm_text", "--data", str(data), "--out",
+               str(tmp_path / "lm"), "--valid-manifests", "dev"]
+    subprocess.run([*command, "--train-manifests", "dev"], check=True, capture_output=True, cwd=REPO)
+    previous = outputs(tmp_path / "lm")
+    (tmp_path / "empty.txt").touch()
+    result = subprocess.run([*command, "--train-text", str(tmp_path / "empty.txt")], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 1 and "train.txt: no sentence to write (empty input)" in result.stderr
+    assert outputs(tmp_path / "lm") == previous

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ssm_fairseq.atomic_files import replacing
 from ssm_fairseq.ssm import MSSMKernel
 
 logger = logging.getLogger("plot_kernels")
@@ -85,7 +86,8 @@ def plot(curves: dict[str, torch.Tensor], heads: list[int], title: str, out: Pat
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=2)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with replacing(out) as temporary:  # a failed plot leaves the old file
+        fig.savefig(temporary, dpi=120, format=out.suffix[1:] or matplotlib.rcParams["savefig.format"])
     plt.close(fig)
 
 
