@@ -50,8 +50,9 @@ def test_editable_install_with_setup_py_present(source, tmp_path):
     """``pip install -e`` of the copy into a prefix of its own: the package then resolves to the copy's sources,
     and its console commands are installed."""
     prefix = tmp_path / "prefix"
-    run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--prefix",
-         str(prefix), "-e", str(source)], cwd=tmp_path)
+    # --ignore-installed: without it pip would first uninstall .venv's own install of the clone
+    run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--ignore-installed", "--prefix", str(prefix), "-e", str(source)], cwd=tmp_path)
     (site_packages,) = prefix.glob("lib/python*/site-packages")
     (dist_info,) = site_packages.glob("ssm_fairseq-*.dist-info")
     direct_url = json.loads((dist_info / "direct_url.json").read_text(encoding="utf-8"))
@@ -62,3 +63,5 @@ def test_editable_install_with_setup_py_present(source, tmp_path):
               "print(importlib.util.find_spec('ssm_fairseq').origin)" % str(site_packages))
     origin = run([str(BIN / "python"), "-S", "-c", locate], cwd=tmp_path).strip()
     assert Path(origin) == source / "ssm_fairseq" / "__init__.py"
+    installed = run([str(BIN / "python"), "-m", "pip", "show", "--files", "ssm_fairseq"], cwd=tmp_path)
+    assert "Location: " + str(BIN.parent) in installed, "the test's install replaced .venv's own"
