@@ -30,10 +30,11 @@ architecture's name (``_name``: ``--arch mssm_transducer`` and the same fields s
 a field that one configuration lacks (a checkpoint saved before the field existed) counts as the model's default
 for it.
 ``dictionary_fingerprint`` (filled by the ``speech_transducer`` task when training starts) is compared by content,
-not by paths: the digests of the dictionary and SentencePiece model (``dictionary_fingerprint()``) and, under the role
-``features`` (``feature_fingerprint()``), the features the model was trained on: ``input_feat_per_channel``, the
-feature transforms evaluation splits get (names and options) and the digest of the global CMVN statistics
-(``feature_differences``). A role that one side lacks (a checkpoint saved before it) is not compared; resuming from
+not by paths: the digests of the dictionary and SentencePiece model (``dictionary_fingerprint()``; the model's by
+its pieces, scores, types and normalization where both sides record that: ``vocabulary_fingerprint``) and, under
+the role ``features`` (``feature_fingerprint()``), the features the model was trained on:
+``input_feat_per_channel``, the feature transforms evaluation splits get (names and options) and the digest of the
+global CMVN statistics (``feature_differences``). A role that one side lacks (a checkpoint saved before it) is not compared; resuming from
 such a checkpoint warns. Models of argparse-only families keep the whole command line as ``cfg.model``; for them
 only ``arch`` is compared. Arguments, return values and every other error of the wrapped functions pass through
 unchanged; fairseq calls them through the module, so its own calls get the wrappers.
@@ -43,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import hashlib
 import logging
 import math
 import os
@@ -59,7 +59,9 @@ from fairseq.trainer import Trainer
 from omegaconf import OmegaConf
 
 from .checkpoint_errors import CheckpointError, DictionaryMismatchError, FeatureMismatchError
+from .data_config import find_global_cmvn_stats
 from .models.architecture import registered_config_defaults
+from .vocabulary_fingerprint import SENTENCEPIECE_ROLE, compared_digest, file_record, same_file, shown
 
 logger = logging.getLogger(__name__)
 
@@ -119,15 +121,11 @@ def first_non_finite_parameter(model_state: Mapping[str, Any]) -> str | None:
     return None
 
 
-def dictionary_fingerprint(files: Mapping[str, str | os.PathLike]) -> dict[str, dict[str, str]]:
-    """``{role: {"file": absolute path, "sha256": digest of its bytes}}`` for each existing file of ``files``
-    (``{"dictionary": ..., "sentencepiece_model": ...}``); a missing file is left out."""
-    fingerprint = {}
-    for role, path in files.items():
-        path = Path(path)
-        if path.is_file():
-            fingerprint[role] = {"file": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    return fingerprint
+def dictionary_fingerprint(files: Mapping[str, str | os.PathLike]) -> dict[str, dict[str, Any]]:
+    """``{role: file_record}`` for each existing file of ``files`` (``{"dictionary": ..., "sentencepiece_model":
+    ...}``; ``vocabulary_fingerprint.file_record``: the bytes' digest, and a SentencePiece model's content digest);
+    a missing file is left out."""
+    return {role: file_record(Path(path), role) for role, path in files.items() if Path(path).is_file()}
 
 
 def feature_fingerprint(data_cfg, split: str = EVALUATION_SPLIT) -> dict[str, Any]:
@@ -135,47 +133,52 @@ def feature_fingerprint(data_cfg, split: str = EVALUATION_SPLIT) -> dict[str, An
     ``{"input_feat_per_channel": N, "transforms": [{"name": NAME, "options": {...}}, ...]}``, the transforms in the
     order they apply (``get_feature_transforms(split, is_train=False)``), each with its non-empty section of
     ``config.yaml`` as ``options``; ``global_cmvn``'s statistics file is recorded by content, as ``"file"`` (its
-    absolute path, or the path as written when it does not exist) and ``"sha256"`` (None when it does not exist),
-    not as an option."""
+    absolute path: ``data_config.find_global_cmvn_stats``) and ``"sha256"``, not as an option:
+    statistics that cannot be found raise ``FileNotFoundError`` naming them."""
     config = data_cfg.get_feature_transforms(split, False)
     transforms = []
     for name in config.get("feature_transforms") or []:
         options = dict(config.get(name) or {})
         transform: dict[str, Any] = {"name": name}
         if name == "global_cmvn":
-            transform.update(_file_digest(options.pop("stats_npz_path", None), Path(data_cfg.root)))
+            stats = find_global_cmvn_stats(options.pop("stats_npz_path", None), Path(data_cfg.root))
+            transform.update(file_record(stats, FEATURES_ROLE))
         if options:
             transform["options"] = options
         transforms.append(transform)
     return {"input_feat_per_channel": data_cfg.input_feat_per_channel, "transforms": transforms}
 
 
-def _file_digest(path: str | None, root: Path) -> dict[str, str | None]:
-    """``{"file": ..., "sha256": ...}`` of a file named in ``config.yaml``: as written (fairseq opens it from the
-    working directory), else under the data directory ``root``."""
-    if path is None:
-        return {"file": None, "sha256": None}
-    found = next((p for p in (Path(path), root / path) if p.is_file()), None)
-    if found is None:
-        return {"file": str(path), "sha256": None}
-    return {"file": str(found.resolve()), "sha256": hashlib.sha256(found.read_bytes()).hexdigest()}
-
-
 def fingerprint_differences(first: Mapping | None, second: Mapping | None, first_label: str,
                             second_label: str) -> list[str]:
     """The roles whose files differ between two fingerprints, each as ``ROLE: FILE (sha256 ab12cd34ef56) in
-    FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL``, and for the ``features`` role ``feature_differences``; roles
-    missing on either side are not compared."""
+    FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL`` (by content where both record it: ``vocabulary_fingerprint``),
+    and for the ``features`` role ``feature_differences``; roles missing on either side are not compared.
+
+    A SentencePiece model recorded by its bytes only (a fingerprint saved before content digests) whose bytes
+    differ, with the same dictionary of units on both sides, is no difference but a warning: a preparation repeated
+    elsewhere writes other bytes (the model records where it was trained), and the labels decode to the same
+    units."""
     first, second = _plain(first) or {}, _plain(second) or {}
     differences = []
     for role in sorted(first.keys() & second.keys()):
         if role == FEATURES_ROLE:
             differences += feature_differences(first[role], second[role], first_label, second_label)
-        elif first[role]["sha256"] != second[role]["sha256"]:
-            differences.append(f"{role}: {first[role]['file']} (sha256 {first[role]['sha256'][:12]}) in "
-                               f"{first_label}, {second[role]['file']} (sha256 {second[role]['sha256'][:12]}) in "
-                               f"{second_label}")
+        elif not same_file(first[role], second[role]):
+            key = compared_digest(first[role], second[role])
+            difference = (f"{role}: {shown(first[role], key)} in {first_label}, {shown(second[role], key)} in "
+                          f"{second_label}")
+            if role == SENTENCEPIECE_ROLE and key == "sha256" and _same_role(first, second, "dictionary"):
+                logger.warning(f"{difference}: recorded by its bytes (saved by an earlier version), which a "
+                               f"preparation repeated elsewhere changes; the dictionary of units is the same, so it "
+                               f"is accepted")
+            else:
+                differences.append(difference)
     return differences
+
+
+def _same_role(first: Mapping, second: Mapping, role: str) -> bool:
+    return role in first and role in second and same_file(first[role], second[role])
 
 
 def feature_differences(first: Mapping, second: Mapping, first_label: str, second_label: str) -> list[str]:
@@ -183,7 +186,8 @@ def feature_differences(first: Mapping, second: Mapping, first_label: str, secon
     FIRST_LABEL, 40 in SECOND_LABEL``, ``feature transforms: utterance CMVN in FIRST_LABEL, global CMVN from FILE in
     SECOND_LABEL`` (names and options) and, the transforms being the same, ``global CMVN statistics: FILE (sha256
     ab12cd34ef56) in FIRST_LABEL, FILE (sha256 ...) in SECOND_LABEL`` (by content: the same statistics at another
-    path are no difference; a missing file is not compared, fairseq then names it when it opens it)."""
+    path are no difference; a record without a digest is not compared: ``feature_fingerprint`` raises for a missing
+    file)."""
     first, second = _plain(first), _plain(second)
     differences = []
     if first.get("input_feat_per_channel") != second.get("input_feat_per_channel"):

@@ -1,5 +1,6 @@
 """scripts/prepare_librispeech.py on a five-utterance corpus in LibriSpeech layout."""
 import csv
+import shutil
 import sys
 from pathlib import Path
 
@@ -250,17 +251,17 @@ def test_a_changed_data_configuration_is_reported(tmp_path, caplog):
 
 
 def test_global_cmvn_statistics_of_the_training_subsets_in_the_config(tmp_path, monkeypatch):
-    from fairseq.data.audio.data_cfg import S2TDataConfig
     from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
     from fairseq.data.audio.feature_transforms.global_cmvn import GlobalCMVN
+
+    from ssm_fairseq.data_config import DataDirectoryConfig
 
     corpus, out = write_fixture(tmp_path), tmp_path / "data"
     assert run(corpus, out, "--cmvn", "global") == 0
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["feature_transforms"] == {"_train": ["global_cmvn", "specaugment"], "*": ["global_cmvn"]}
-    stats_path = Path(config["global_cmvn"]["stats_npz_path"])
-    assert stats_path.is_absolute() and stats_path == (out / "gcmvn.npz").resolve() and stats_path.is_file()
-    stats = np.load(stats_path)
+    assert config["global_cmvn"] == {"stats_npz_path": "gcmvn.npz"} and config["audio_root"] == "."  # relative
+    stats = np.load(out / "gcmvn.npz")
     assert sorted(stats.files) == ["mean", "std"]
     assert all(stats[key].dtype == np.float32 and stats[key].shape == (80,) for key in stats.files)
     training = [np.load(out / row["audio"]) for row in read_manifest(out / "train-fixture.tsv")]
@@ -269,15 +270,31 @@ def test_global_cmvn_statistics_of_the_training_subsets_in_the_config(tmp_path, 
     np.testing.assert_allclose(stats["std"], frames.std(axis=0), rtol=1e-5)
     test = np.concatenate([np.load(out / row["audio"]) for row in read_manifest(out / "test-fixture.tsv")])
     assert not np.allclose(stats["mean"], np.concatenate([frames, test]).mean(axis=0), atol=1e-3)  # training only
-    # fairseq's own transform, built from config.yaml in another working directory, normalises the training frames
+    # fairseq's own transform, built from config.yaml as the task reads it in another working directory, normalises
+    # the training frames
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    data_cfg = S2TDataConfig(out / "config.yaml")
+    data_cfg = DataDirectoryConfig(out / "config.yaml")
+    assert data_cfg.audio_root == str(out)
     assert isinstance(CompositeAudioFeatureTransform.from_config_dict(
         data_cfg.get_feature_transforms("train-fixture", True)).transforms[0], GlobalCMVN)
     transform = CompositeAudioFeatureTransform.from_config_dict(data_cfg.get_feature_transforms("test-fixture", False))
     normalised = np.concatenate([transform(features) for features in training])
     assert np.abs(normalised.mean(axis=0)).max() < 1e-4 and np.abs(normalised.std(axis=0) - 1).max() < 1e-4
+
+
+def test_a_config_of_an_earlier_release_with_absolute_paths_is_no_change(tmp_path, caplog):
+    """An earlier release wrote ``audio_root`` and the statistics as absolute paths: preparing again rewrites them
+    relative to the directory, without the warning for a changed data configuration."""
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--cmvn", "global") == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    config.update(audio_root=str(out.resolve()), global_cmvn={"stats_npz_path": str((out / "gcmvn.npz").resolve())})
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    caplog.clear()
+    assert run(corpus, out, "--cmvn", "global") == 0
+    assert not [r for r in caplog.records if "config.yaml: replacing" in r.getMessage()]
+    assert yaml.safe_load((out / "config.yaml").read_text())["global_cmvn"] == {"stats_npz_path": "gcmvn.npz"}
 
 
 def test_global_cmvn_without_training_subsets_is_refused(tmp_path, caplog):
@@ -338,3 +355,62 @@ def test_evaluation_subsets_are_added_to_a_prepared_directory(tmp_path, caplog):
     assert {row["id"] for row in rows} == {f"{chapter}-{n:04d}" for chapter, lines in
                                            TRANSCRIPTS["test-fixture"].items() for n, _ in enumerate(lines)}
     assert all((out / row["audio"]).is_file() for row in rows)
+
+
+def copy_recordings(corpus: Path, source: str, target: str, count: int) -> list[str]:
+    """Copy the first ``count`` recordings of subset ``source`` into a new subset ``target`` under their own ids
+    (with their transcript lines): the same recordings in two subsets. Returns their ids."""
+    ids = []
+    for transcript in sorted((corpus / source).glob("*/*/*.trans.txt")):
+        lines = transcript.read_text().splitlines(keepends=True)[:count - len(ids)]
+        directory = corpus / target / transcript.parent.relative_to(corpus / source)
+        directory.mkdir(parents=True)
+        (directory / transcript.name).write_text("".join(lines))
+        for line in lines:
+            ids.append(line.split()[0])
+            shutil.copy(transcript.parent / f"{ids[-1]}.flac", directory)
+        if len(ids) == count:
+            return ids
+    raise AssertionError(f"{source} has fewer than {count} recordings")
+
+
+def test_an_evaluation_subset_added_later_is_checked_against_the_training_ids(tmp_path, caplog):
+    """``--subsets test-dup`` on a prepared directory, test-dup holding three training recordings under their own
+    ids: refused as it is when prepared with the training subset, naming the subset, the ids and the manifest."""
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    duplicated = copy_recordings(corpus, "train-fixture", "test-dup", 3)
+    assert run(corpus, out) == 0
+    kept = {path: path.read_bytes() for path in out.iterdir() if path.is_file()}
+
+    def prepare(*extra: str) -> tuple[int, list[str]]:
+        caplog.clear()
+        code = prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                         "test-dup", "--vocab-size", "24", "--jobs", "1", *extra])
+        return code, [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+    code, errors = prepare()
+    assert code == 1 and not (out / "test-dup.tsv").exists()
+    for utterance_id in duplicated:
+        (problem,) = [e for e in errors if e.startswith(f"utterance id {utterance_id} of test-dup (")]
+        assert f"is already in {out}/train-fixture.tsv (fbank80/train-fixture/{utterance_id}.npy)" in problem
+        assert "training data in an evaluation set" in problem
+    assert {path: path.read_bytes() for path in kept} == kept  # the training manifest, vocabulary, config as they were
+    code, _ = prepare("--skip-bad")  # left out, and listed
+    assert code == 0 and read_manifest(out / "test-dup.tsv") == []
+    assert len((out / "test-dup.rejected.tsv").read_text().splitlines()) == 3
+    # prepared together, the same subsets are refused as well
+    caplog.clear()
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(tmp_path / "together"),
+                                     "--subsets", "train-fixture,test-dup", "--vocab-size", "24", "--jobs", "1"]) == 1
+    assert sum("training data in an evaluation set" in r.getMessage() for r in caplog.records) == 6
+
+
+def test_preparing_the_same_subsets_again_is_no_conflict_with_their_manifests(tmp_path, caplog):
+    """The manifests already there of the subsets prepared again, and a ``--combine-train`` manifest holding them,
+    name the same features: no id conflict."""
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--combine-train", "train-all") == 0
+    assert run(corpus, out) == 0
+    assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
+                                     "test-fixture", "--vocab-size", "24", "--jobs", "1"]) == 0
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -14,35 +14,44 @@ Output in ``--out``:
 - ``dict.txt``: the same dictionary under the name fairseq's ``language_modeling`` task reads: a language model
   trained over it (``fairseq-preprocess --srcdict dict.txt``) can be fused into the transducer's search
   (``fairseq-generate --lm-path``, which loads the LM with this directory's ``dict.txt``);
-- ``config.yaml``: CMVN on every subset, SpecAugment (LibriSpeech "LD" policy) on training subsets unless
+- ``config.yaml``: paths relative to ``--out`` (``audio_root: .``; the ``speech_transducer`` task reads them
+  relative to the data directory, ``ssm_fairseq.data_config``, so the directory can be moved or copied whole);
+  CMVN on every subset, SpecAugment (LibriSpeech "LD" policy) on training subsets unless
   ``--no-specaugment``. ``--cmvn utterance`` (the default): fairseq's ``utterance_cmvn``, each utterance
   normalised by its own mean and std, which needs the whole utterance. ``--cmvn global``: fairseq's
   ``global_cmvn`` with ``gcmvn.npz`` (``mean``, ``std``: ``80`` float32 each), the mean and std of each bin over
   every frame of the training subsets (sums in float64, std floored at ``sqrt(1e-8)`` as fairseq's
-  ``cal_gcmvn_stats`` does), named by its absolute path (fairseq opens it relative to the working directory): what
-  a streaming model needs, as it normalises each frame as it comes (``ssm_fairseq.streaming.filterbank``).
+  ``cal_gcmvn_stats`` does), named as ``gcmvn.npz``, relative to the directory: what a streaming model needs, as
+  it normalises each frame as it comes (``ssm_fairseq.streaming.filterbank``).
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
 with progress logs; an utterance whose complete ``.npy`` is there with the stamp of its FLAC as it is now is
 skipped, so an interrupted run resumes, and a replaced FLAC (or a feature file cut short) is featurised again.
 Every problem (missing or unreadable audio, empty audio or transcript, audio without a transcript line, a
-transcript line that is not UTF-8, an utterance id used twice in a subset) is reported by file and utterance;
-the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left out and listed in
-``SUBSET.rejected.tsv``.
+transcript line that is not UTF-8, an utterance id used twice in a subset, an id in two subsets prepared together
+or in a manifest already in ``--out`` under other features: training data in an evaluation set) is reported by
+file and utterance; the run then fails, unless ``--skip-bad`` is given, in which case the bad utterances are left
+out and listed in ``SUBSET.rejected.tsv``.
 
 Re-running into the same ``--out`` with the same inputs leaves the SentencePiece model and dictionary as they are
-(byte for byte). A run whose model or dictionary would differ from the ones already there (other training
-subsets or transcripts, or another ``--vocab-size`` than ``config.yaml`` names), which models trained on this
-directory use, is refused before any manifest is written, unless ``--overwrite-vocabulary`` is given. In the
-same way a run whose ``--cmvn`` differs from the one the existing ``config.yaml`` uses is refused before any
-feature is computed, unless ``--overwrite-cmvn`` is given; with ``--cmvn global``, statistics that differ from the
-``gcmvn.npz`` already there (other training audio) replace it with a warning, as a changed ``config.yaml`` does.
+(byte for byte; models are compared by content, ``ssm_fairseq.vocabulary_fingerprint``). A run whose model or
+dictionary would differ from the ones already there (other training subsets or transcripts, or another
+``--vocab-size`` than ``config.yaml`` names), which models trained on this directory use, is refused before any
+manifest is written, unless ``--overwrite-vocabulary`` is given. In the same way a run whose ``--cmvn`` differs
+from the one the existing ``config.yaml`` uses is refused before any feature is computed, unless
+``--overwrite-cmvn`` is given; with ``--cmvn global``, statistics that differ from the ``gcmvn.npz`` already there
+(other training audio) replace it with a warning, as a changed ``config.yaml`` does (a ``config.yaml`` of an
+earlier release, with absolute paths to the same files, is no change).
 
 A run whose subsets include no training subset adds them to a prepared ``--out``: their features and manifests
 are written with the vocabulary and ``config.yaml`` already there, which stay as they are (``--vocab-size`` and
 the SpecAugment options are then unused; ``--cmvn`` must be the directory's), so models trained on ``--out``
-decode them: ``--subsets test-other`` after a preparation of ``train-clean-100,dev-clean,test-clean``.
+decode them: ``--subsets test-other`` after a preparation of ``train-clean-100,dev-clean,test-clean``. Their ids
+are checked against the manifests already there, as subsets prepared together are checked against each other.
+
+Outputs that replace earlier ones (manifests, ``dict.txt``, ``config.yaml``, ``gcmvn.npz``, features) are written
+to a temporary file renamed into place, so a run that fails leaves the earlier file whole.
 
     ssm-prepare-librispeech --librispeech-root LibriSpeech --out data --vocab-size 4096
 
@@ -52,10 +61,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import functools
 import logging
 import multiprocessing
-import shutil
 import sys
 import tempfile
 import time
@@ -67,9 +76,12 @@ import sentencepiece as spm
 import torch
 import yaml
 
+from ssm_fairseq.atomic_files import replacing
 from ssm_fairseq.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
+from ssm_fairseq.data_config import GLOBAL_CMVN_STATS
 from ssm_fairseq.tasks.manifest_check import npy_shape
 from ssm_fairseq.text_files import file_lines, train_sentencepiece_model, utf8
+from ssm_fairseq.vocabulary_fingerprint import same_sentencepiece_model
 
 logger = logging.getLogger("prepare_librispeech")
 
@@ -78,7 +90,6 @@ LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", 
 LM_DICTIONARY = "dict.txt"  # the dictionary again, where fairseq's language_modeling task (and LM fusion) reads it
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
 CMVN_CHOICES = ("utterance", "global")  # --cmvn: fairseq's utterance_cmvn or global_cmvn feature transform
-GLOBAL_CMVN_STATS = "gcmvn.npz"  # in --out, with --cmvn global
 GLOBAL_CMVN_VARIANCE_FLOOR = 1e-8  # fairseq's cal_gcmvn_stats (examples/speech_to_text/data_utils.py)
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
@@ -169,6 +180,41 @@ def refuse_ids_in_several_subsets(utterances: dict[str, list[Utterance]]) -> dic
                     f"utterance id {utterance_id} is in {len(places)} subsets ({named}); ids must be unique "
                     f"across the subsets prepared together (one recording in two subsets puts training data in an "
                     f"evaluation set, and a combined manifest would repeat the id)")
+    return problems
+
+
+def prepared_ids(out: Path) -> dict[str, list[tuple[Path, str]]]:
+    """Utterance id -> ``(manifest, features path)`` for every row of the manifests already in ``out`` (its ``*.tsv``
+    files with a manifest header: not the ``.rejected.tsv`` lists)."""
+    where: dict[str, list[tuple[Path, str]]] = {}
+    for manifest in sorted(out.glob("*.tsv")):
+        with open(manifest, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            if reader.fieldnames != MANIFEST_COLUMNS:
+                continue
+            for row in reader:
+                where.setdefault(row["id"], []).append((manifest, row["audio"]))
+    return where
+
+
+def refuse_ids_prepared_before(utterances: dict[str, list[Utterance]], out: Path) -> dict[str, dict[str, str]]:
+    """Utterance ids of the subsets being prepared that a manifest already in ``out`` gives to other features
+    (another subset's): for each subset involved, each such id with its problem line naming the subset, the
+    recording and the manifests. What ``refuse_ids_in_several_subsets`` refuses in subsets prepared together,
+    refused in subsets added later (the existing manifests are left as they are). A manifest of the same subset,
+    prepared before, or a ``--combine-train`` manifest holding it, names the same features: no conflict."""
+    existing = prepared_ids(out)
+    problems: dict[str, dict[str, str]] = {}
+    for subset, subset_utterances in utterances.items():
+        for utterance in subset_utterances:
+            features = utterance.features.relative_to(out).as_posix()
+            others = [(manifest, audio) for manifest, audio in existing.get(utterance.id, []) if audio != features]
+            if others:
+                named = "; ".join(f"{manifest} ({audio})" for manifest, audio in others)
+                problems.setdefault(subset, {})[utterance.id] = (
+                    f"utterance id {utterance.id} of {subset} ({utterance.audio}) is already in {named}; ids must be "
+                    f"unique across the subsets of a data directory (one recording in two subsets puts training "
+                    f"data in an evaluation set)")
     return problems
 
 
@@ -267,6 +313,13 @@ def extract_all(utterances: list[Utterance], jobs: int, label: str,
     return results, total
 
 
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed into place (``atomic_files.replacing``): a run
+    that fails midway leaves the file as it was."""
+    with replacing(path) as temporary:
+        temporary.write_bytes(data)
+
+
 def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, int], out: Path) -> None:
     """fairseq's manifest, written atomically (a temporary file renamed into place).
 
@@ -276,9 +329,7 @@ def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, in
     rows = ["\t".join(MANIFEST_COLUMNS)]
     for u in utterances:
         rows.append("\t".join([u.id, u.features.relative_to(out).as_posix(), str(frames[u.id]), u.text, u.speaker]))
-    partial = path.with_suffix(".partial.tsv")
-    partial.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
-    partial.replace(path)
+    replace_file(path, "".join(row + "\n" for row in rows).encode("utf-8"))
 
 
 def train_sentencepiece(texts: list[str], prefix: Path, vocab_size: int) -> None:
@@ -301,19 +352,12 @@ def train_sentencepiece(texts: list[str], prefix: Path, vocab_size: int) -> None
 
 
 def _same_vocabulary_file(new: Path, old: Path) -> bool:
-    """Whether ``old`` holds the vocabulary ``new`` holds: the same dictionary text, or a SentencePiece model with
-    the same pieces and scores (a model also records where it was trained, which may differ)."""
-    if new.suffix != ".model":
-        return new.read_bytes() == old.read_bytes()
-
-    def pieces(path: Path) -> list[tuple[str, float]]:
-        model = spm.SentencePieceProcessor(model_file=str(path))
-        return [(model.id_to_piece(i), model.get_score(i)) for i in range(model.get_piece_size())]
-
-    try:
-        return pieces(new) == pieces(old)
-    except (OSError, RuntimeError):  # an unreadable old model is not the same one
-        return False
+    """Whether ``old`` holds the vocabulary ``new`` holds: the same dictionary text, or a SentencePiece model that
+    encodes and decodes alike (``vocabulary_fingerprint``: a model also records where it was trained, which may
+    differ)."""
+    if new.suffix == ".model":
+        return same_sentencepiece_model(new, old)
+    return new.read_bytes() == old.read_bytes()
 
 
 def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
@@ -343,9 +387,9 @@ def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
             new.replace(old)
     if conflicts:
         logger.warning(f"--overwrite-vocabulary: replaced {', '.join(map(str, conflicts))} with {out / name}")
-    lm_dictionary = out / LM_DICTIONARY
-    if not lm_dictionary.is_file() or lm_dictionary.read_bytes() != (out / f"{name}.txt").read_bytes():
-        shutil.copyfile(out / f"{name}.txt", lm_dictionary)
+    lm_dictionary, dictionary = out / LM_DICTIONARY, (out / f"{name}.txt").read_bytes()
+    if not lm_dictionary.is_file() or lm_dictionary.read_bytes() != dictionary:
+        replace_file(lm_dictionary, dictionary)
     return name
 
 
@@ -404,8 +448,8 @@ def global_cmvn_stats(frames: int, sums: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def write_global_cmvn(out: Path, mean: np.ndarray, std: np.ndarray) -> Path:
     """``out/gcmvn.npz`` (``mean``, ``std``, as fairseq's ``GlobalCMVN`` reads them), written atomically -> its
-    absolute path. A different one already there is replaced with a warning."""
-    path = (out / GLOBAL_CMVN_STATS).resolve()
+    path. A different one already there is replaced with a warning."""
+    path = out / GLOBAL_CMVN_STATS
     if path.is_file():
         try:
             with np.load(path) as before:
@@ -424,30 +468,43 @@ def write_global_cmvn(out: Path, mean: np.ndarray, std: np.ndarray) -> Path:
 
 
 def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"],
-                 global_cmvn: Path | None = None) -> None:
-    """``config.yaml``; ``time_mask_width`` None: no SpecAugment; ``global_cmvn``: the absolute path of the global
-    CMVN statistics (``global_cmvn``), None: utterance CMVN."""
-    cmvn = "utterance_cmvn" if global_cmvn is None else "global_cmvn"
+                 global_cmvn: bool = False) -> None:
+    """``config.yaml``, written atomically; ``time_mask_width`` None: no SpecAugment; ``global_cmvn``: global CMVN
+    with ``gcmvn.npz``, else utterance CMVN. Paths are relative to ``out`` (``audio_root: .``), which the
+    ``speech_transducer`` task resolves against the data directory (``ssm_fairseq.data_config``), so it can move."""
+    cmvn = "global_cmvn" if global_cmvn else "utterance_cmvn"
     config = {
         "input_feat_per_channel": 80,
-        "audio_root": str(out.resolve()),
+        "audio_root": ".",
         "vocab_filename": f"{spm_name}.txt",
         "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": f"{spm_name}.model"},
         "feature_transforms": {"_train": [cmvn], "*": [cmvn]},
     }
-    if global_cmvn is not None:
-        config["global_cmvn"] = {"stats_npz_path": str(global_cmvn)}
+    if global_cmvn:
+        config["global_cmvn"] = {"stats_npz_path": GLOBAL_CMVN_STATS}
     if time_mask_width is not None:
         config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
         config["feature_transforms"]["_train"].append("specaugment")
     path = out / "config.yaml"
     if path.is_file():
-        before = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        changed = sorted(key for key in set(before) | set(config) if before.get(key) != config.get(key))
+        before, after = (_located(c, out) for c in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}, config))
+        changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
         if changed:  # e.g. SpecAugment switched on or off: training resumed on this directory changes with it
             logger.warning(f"{path}: replacing the data configuration of an earlier preparation (changed: "
                            f"{', '.join(changed)}); checkpoints trained on it were trained with the old one")
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    replace_file(path, yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
+
+
+def _located(config: dict, out: Path) -> dict:
+    """``config`` with its paths (``audio_root``, the global CMVN statistics) absolute: an earlier release wrote
+    them absolute, this one relative to ``out``, and the two name the same files."""
+    located = dict(config)
+    if "audio_root" in config:
+        located["audio_root"] = str((out / config["audio_root"]).resolve())
+    stats = (config.get("global_cmvn") or {}).get("stats_npz_path")
+    if stats:
+        located["global_cmvn"] = {**config["global_cmvn"], "stats_npz_path": str((out / stats).resolve())}
+    return located
 
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
@@ -478,9 +535,11 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
     sums: dict[str, np.ndarray | None] = {}  # subset -> its feature_sums (--cmvn global, training subsets)
     all_problems: list[str] = []
     read = {subset: read_subset(root, subset, out) for subset in subsets}
-    for subset, refused in refuse_ids_in_several_subsets({s: u for s, (u, _) in read.items()}).items():
-        utterances, problems = read[subset]
-        read[subset] = ([u for u in utterances if u.id not in refused], problems + list(refused.values()))
+    read_utterances = {s: u for s, (u, _) in read.items()}
+    for refusals in (refuse_ids_in_several_subsets(read_utterances), refuse_ids_prepared_before(read_utterances, out)):
+        for subset, refused in refusals.items():
+            utterances, problems = read[subset]
+            read[subset] = ([u for u in utterances if u.id not in refused], problems + list(refused.values()))
     for subset in subsets:
         utterances, problems = read[subset]
         results, sums[subset] = extract_all(utterances, jobs, subset, cmvn == "global" and subset in train_subsets)
@@ -515,23 +574,21 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
         hours = sum(frames[subset].values()) / 360000
         logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
     if combine_train:
-        with open(out / f"{combine_train}.tsv", "w", encoding="utf-8") as combined:
-            for n, subset in enumerate(train_subsets):
-                lines = (out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-                combined.writelines(lines if n == 0 else lines[1:])
-    global_cmvn = None
+        manifests = [(out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+                     for subset in train_subsets]
+        rows = [row for manifest in manifests for row in manifest[1:]]
+        replace_file(out / f"{combine_train}.tsv", "".join(manifests[0][:1] + rows).encode("utf-8"))
     if cmvn == "global":  # in a fixed order, so that the same features give the same statistics bit for bit
         training = list(dict.fromkeys(train_subsets))  # each subset once
         count = sum(sum(frames[subset].values()) for subset in training)
         mean, std = global_cmvn_stats(count, sum(sums[subset] for subset in training))
-        global_cmvn = write_global_cmvn(out, mean, std)
-        logger.info(f"global CMVN over {count} frames of {', '.join(training)} -> {global_cmvn}")
+        logger.info(f"global CMVN over {count} frames of {', '.join(training)} -> {write_global_cmvn(out, mean, std)}")
     else:
         stale = out / GLOBAL_CMVN_STATS
         if stale.is_file():  # left by a --cmvn global preparation that --overwrite-cmvn replaced
             stale.unlink()
             logger.warning(f"{stale}: removed (this directory now uses utterance CMVN)")
-    write_config(out, spm_name, time_mask_width, global_cmvn)
+    write_config(out, spm_name, time_mask_width, cmvn == "global")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,10 +3,10 @@
 fairseq's reader turns a row with a missing column into a row of ``None`` fields (a wrong reference, silently)
 and finds a missing or malformed feature file only when a batch reaches it, mid-epoch. Here every row is
 checked before training or decoding starts: all five columns present, ``n_frames`` a positive integer, and a
-``.npy`` feature file that exists where fairseq will read it (``config.yaml``'s ``audio_root`` joined with the
-row's path), is ``T x F`` with the config's ``F``, holds all the data its header promises, and has the
-``n_frames`` the manifest says (only the file's header and size are read, not its data). Errors name the
-manifest, its line and the utterance.
+``.npy`` feature file that exists where fairseq will read it (``config.yaml``'s ``audio_root``, resolved against
+the data directory by ``data_config``, joined with the row's path), is ``T x F`` with the config's ``F``, holds
+all the data its header promises, and has the ``n_frames`` the manifest says (only the file's header and size are
+read, not its data). Errors name the manifest, its line and the utterance.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from fairseq.data.audio.data_cfg import S2TDataConfig
+from ..data_config import DataDirectoryConfig
 
 COLUMNS = ("id", "audio", "n_frames", "tgt_text", "speaker")
 
@@ -50,13 +50,14 @@ def feature_path(audio_root: str, audio: str) -> Path:
 def check_manifest(root: Path, split: str, feature_dim: int, audio_root: str | None = None) -> int:
     """Check ``root/split.tsv``; return its number of utterances or raise ``ValueError`` naming the bad row.
 
-    ``audio_root``: the data config's (``S2TDataConfig.audio_root``); None reads it from ``root/config.yaml``.
+    ``audio_root``: the data config's (``DataDirectoryConfig.audio_root``); None reads it from ``root/config.yaml``
+    (relative to ``root``, as the ``speech_transducer`` task does).
     """
     manifest = Path(root) / f"{split}.tsv"
     if not manifest.is_file():
         raise FileNotFoundError(f"{manifest}: no such manifest (split {split!r})")
     if audio_root is None:
-        audio_root = S2TDataConfig(Path(root) / "config.yaml").audio_root
+        audio_root = DataDirectoryConfig(Path(root) / "config.yaml").audio_root
     with open(manifest, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, delimiter="\t", quotechar=None, doublequote=False, lineterminator="\n",
                                 quoting=csv.QUOTE_NONE)

@@ -11,7 +11,8 @@ criterion); ``--arch`` must be a transducer.
 
 The model's configuration records the dictionary and the features it is trained with: when training starts,
 ``build_model`` stores the SHA-256 of the dictionary of units and of the SentencePiece model (``config.yaml``'s
-``vocab_filename`` and ``bpe_tokenizer.sentencepiece_model``) and, as the role ``features``, the features of
+``vocab_filename`` and ``bpe_tokenizer.sentencepiece_model``; the model also by content, its pieces, scores, types
+and normalization, not the paths it records: ``vocabulary_fingerprint``) and, as the role ``features``, the features of
 evaluation splits (``input_feat_per_channel``, the feature transforms for ``_eval`` splits with their options, e.g.
 ``utterance_cmvn`` or ``global_cmvn``, and the SHA-256 of ``global_cmvn.stats_npz_path``) as
 ``cfg.model.dictionary_fingerprint``, which fairseq saves in every checkpoint. Building a model from a checkpoint
@@ -19,8 +20,10 @@ evaluation splits (``input_feat_per_channel``, the feature transforms for ``_eva
 (``DictionaryMismatchError``: its labels would decode to other units), then one whose features differ
 (``FeatureMismatchError``: another CMVN, other global CMVN statistics, other transforms or width; the model would
 transcribe features normalised otherwise than in training). Files are compared by content: the same statistics at
-another path are accepted. Checkpoints saved before fingerprints, or before the features were recorded, are
-accepted with a warning.
+another path, and a SentencePiece model trained again on the same transcripts elsewhere, are accepted. Checkpoints
+saved before fingerprints, or before the features were recorded, are accepted with a warning. ``config.yaml``'s
+``audio_root`` and global CMVN statistics are read relative to the data directory (``data_config``), so a moved
+data directory decodes.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from omegaconf import DictConfig, open_dict
 
 from ..checkpoint_checks import EVALUATION_SPLIT, FEATURES_ROLE, FINGERPRINT_KEY, DictionaryMismatchError, \
     FeatureMismatchError, dictionary_fingerprint, feature_fingerprint, fingerprint_differences
+from ..data_config import DataDirectoryConfig
 from ..generation import TransducerGenerator
 from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
 from ..generation.language_model_check import check_language_model
@@ -132,6 +136,11 @@ class SpeechTransducerTask(SpeechToTextTask):
             check_language_model(lm_path, args.data)
         return super().setup_task(args, **kwargs)
 
+    def __init__(self, args, tgt_dict):
+        super().__init__(args, tgt_dict)
+        # config.yaml's audio_root and global CMVN statistics read relative to the data directory, which may move
+        self.data_cfg = DataDirectoryConfig(Path(args.data) / args.config_yaml)
+
     def build_model(self, cfg, from_checkpoint: bool = False):
         error = speech_task_arch_error(getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
         if error is not None:
@@ -155,7 +164,8 @@ class SpeechTransducerTask(SpeechToTextTask):
         return model
 
     def dictionary_fingerprint(self) -> dict:
-        """The SHA-256 of this data directory's dictionary of units and SentencePiece model (those that exist)."""
+        """The SHA-256 of this data directory's dictionary of units and SentencePiece model (those that exist; the
+        model also by content: ``vocabulary_fingerprint``)."""
         root = Path(self.args.data)
         files = {"dictionary": root / self.data_cfg.vocab_filename}
         model = self.data_cfg.bpe_tokenizer.get("sentencepiece_model") if self.data_cfg.bpe_tokenizer else None
