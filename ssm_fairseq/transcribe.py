@@ -69,6 +69,7 @@ from .audio_features import (FRAME_SHIFT_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, Aud
                              audio_frames, filterbank_features)
 from .checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
 from .generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from .generation.language_model_check import load_language_model
 from .generation.transducer_generator import NonFiniteScoreError
 from .generation.word_timestamps import TimedWord, word_timestamps
 from .modules.subsampling import subsampling_stride
@@ -135,23 +136,6 @@ def load_checkpoint(checkpoint: Path | str, data_dir: Path | str | None = None, 
         raise ValueError(f"{config}: the model reads {model_input}; transcription computes the "
                          f"{NUM_MEL_BINS}-dim filterbanks of scripts/prepare_librispeech.py")
     return state
-
-
-def load_language_model(path: Path | str, data_dir: Path | str, device: torch.device):
-    """A fairseq language model for fusion, loaded as ``fairseq-generate --lm-path`` loads it: with its task's data
-    replaced by ``data_dir`` (whose ``dict.txt`` is then its dictionary), in eval mode on ``device``."""
-    dictionary = Path(data_dir) / "dict.txt"
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"language model not found: {path}")
-    if not dictionary.is_file():
-        raise FileNotFoundError(f"{dictionary}: not found; the language model {path} is loaded with the data "
-                                f"directory's dict.txt (the transducer's dictionary; ssm-prepare-librispeech "
-                                f"writes it)")
-    models, cfg = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"data": str(data_dir)})
-    lm = models[0]
-    lm.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
-    lm.to(device)
-    return lm
 
 
 def _check_options(beam: int, max_symbols_per_frame: int, max_tokens: int | None, batch_size: int | None,

@@ -16,6 +16,7 @@ import torch
 from ssm_fairseq.generation.language_model_check import check_language_model, load_language_model, \
     vocabulary_size
 from ssm_fairseq.generation.lm_fusion import LanguageModelMismatchError
+from ssm_fairseq.transcribe import Transcriber
 
 from cli import BIN, REPO, run_ok
 from spade_cases import SMALL, build
@@ -185,6 +186,8 @@ def test_the_transcribers_loader_checks_too(trained):
         load_language_model(trained["frequency"], trained["data"], torch.device("cpu"))
     lm = load_language_model(trained["right"], trained["data"], torch.device("cpu"))
     assert len(lm.decoder.dictionary) == 24
+    with pytest.raises(LanguageModelMismatchError, match="unit 4 is"):  # ssm-transcribe --lm-path's path
+        Transcriber(trained["asr"], trained["data"], device="cpu", lm_path=trained["frequency"], lm_weight=0.5)
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ import ssm_fairseq  # noqa: F401  (registers the task and model)
 from fairseq import checkpoint_utils
 from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
 from ssm_fairseq.generation.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ssm_fairseq.transcribe import load_language_model
+from ssm_fairseq.generation.language_model_check import load_language_model
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"
