@@ -106,7 +106,7 @@ def test_two_way_convolution_equals_each_half_convolved_its_own_way(L):
     mask = torch.zeros(2, L, dtype=torch.bool)
     mask[1, L // 2 + 1:] = True
     y = two_way_fft_conv(u, (Kf, Df), (Kb, Db), mask)
-    expected = torch.cat([fft_conv(u[:, :3], Kf, Df, mask), fft_conv(u[:, 3:], Kb, Db, mask, reverse=True)], dim=2)
+    expected = torch.stack([fft_conv(u[:, :3], Kf, Df, mask), fft_conv(u[:, 3:], Kb, Db, mask, reverse=True)], dim=1)
     torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
     assert (y[1, ..., L // 2 + 1:] == 0).all()
     assert torch.autograd.gradcheck(lambda u, Kf, Df, Kb, Db: two_way_fft_conv(u, (Kf, Df), (Kb, Db), mask),

@@ -59,7 +59,7 @@ LABELLED_FUNCTIONS = ((multihead_ssm, "convolve", "convolution"),
                       (multihead_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "two_way_fft_conv", "convolution"),
-                      (bidirectional_ssm, "linear_channels_first", "linears"))
+                      (bidirectional_ssm, "_two_linears", "linears"))
 
 
 @contextmanager

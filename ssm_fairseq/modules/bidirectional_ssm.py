@@ -7,7 +7,7 @@ from torch import Tensor, nn
 from ..ssm.batched_kernels import layer_kernels
 from ..ssm.chunked_conv import DiagonalSystem
 from ..ssm.fft_conv import two_way_fft_conv
-from .multihead_ssm import MultiHeadSSM, linear_channels_first
+from .multihead_ssm import MultiHeadSSM
 
 
 class BidirectionalSSM(nn.Module):
@@ -42,14 +42,34 @@ class BidirectionalSSM(nn.Module):
 
     def _both_ways(self, x: Tensor, padding_mask: Tensor | None, forward_kernels: list,
                    backward_kernels: list) -> Tensor:
-        """Both directions' stages, each stage one convolution of their ``B x 2D x L`` concatenated inputs:
-        ``B x L x D`` -> ``B x L x 2D`` (the two directions' activations side by side)."""
+        """Both directions' stages as one stack on ``B x 2D x L`` (direction-major channels): ``B x L x D`` ->
+        ``B x L x 2D`` (the two directions' activations side by side).
+
+        Each stage is one convolution (``two_way_fft_conv``), one activation and one dropout over both directions
+        (they have the same gating and ``p``), and one batched product for the two directions' Linears (their
+        weights stacked at compute time)."""
         directions = (self.forward_ssm, self.backward_ssm)
+        B, L, D = x.shape
         x = x.transpose(1, 2)
-        h = [ssm.projected(x) for ssm in directions]  # each B x D x L
+        if self.forward_ssm.in_proj is None:
+            h = torch.cat([x, x], dim=1)
+        else:  # both projections in one product: B x 2D x L
+            weight = torch.cat([ssm.in_proj.weight for ssm in directions])
+            bias = torch.cat([ssm.in_proj.bias for ssm in directions])
+            h = torch.baddbmm(bias.unsqueeze(-1), weight.expand(B, -1, -1), x)
         for i, kernels in enumerate(zip(forward_kernels, backward_kernels)):
-            y = two_way_fft_conv(torch.cat(h, dim=1), *kernels, padding_mask)  # B x C x 2D x L
-            h = [ssm.activated(part) for ssm, part in zip(directions, y.chunk(2, dim=2))]
+            y = two_way_fft_conv(h, *kernels, padding_mask)  # B x 2 x C x D x L
+            h = self.forward_ssm.activated(y.flatten(0, 1))  # 2B x D x L
             if i < len(self.forward_ssm.linears):
-                h = [linear_channels_first(ssm.linears[i], a) for ssm, a in zip(directions, h)]
-        return torch.cat([a.transpose(1, 2) for a in h], dim=-1)
+                h = _two_linears([ssm.linears[i] for ssm in directions], h)
+            h = h.view(B, 2 * D, L)
+        return h.transpose(1, 2)
+
+
+def _two_linears(linears: list[nn.Linear], x: Tensor) -> Tensor:
+    """``linears[d]`` applied to ``x[2 b + d]`` (``2B x D_in x L``, channels first): ``2B x D_out x L``, in one
+    batched product (the weights stacked, and repeated for each ``b`` where ``B > 1``)."""
+    batch = x.shape[0] // 2
+    weight = torch.stack([linear.weight for linear in linears]).expand(batch, -1, -1, -1).flatten(0, 1)
+    bias = torch.stack([linear.bias for linear in linears]).unsqueeze(-1).expand(batch, -1, -1, -1).flatten(0, 1)
+    return torch.baddbmm(bias, weight, x)

@@ -48,39 +48,40 @@ def fft_size(n: int) -> int:
 
 
 class _SpectralConvolution(torch.autograd.Function):
-    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H' x L`` kernels: ``B x C x H x L``.
+    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H x L`` kernels: ``B x C x H x L``.
 
     With ``n`` the FFT size, the causal kernel's spectrum is ``rfft(k, n)`` and the anti-causal kernel's (tap
     ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Given
-    both, their spectra are summed (``H' = H``: each channel convolved both ways) or, with ``stacked``, concatenated
-    (``H' = H / 2``: the first half of the channels causal, the second anti-causal; one FFT pair for both
-    directions of a bidirectional block). Only ``u`` and the ``L`` taps of each kernel are saved. Backward, with
-    ``G = rfft(grad, n)``: ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over
-    ``B`` gives the causal kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
+    both, their spectra are summed (each channel convolved both ways). With ``two_way``, ``causal`` holds
+    ``2 x C x H/2 x L`` taps, direction 0 causal and 1 anti-causal, for the two halves of the channels (the
+    directions of a bidirectional block: one FFT pair for both); the output is ``B x 2 x C x H/2 x L``. Only ``u``
+    and the ``L`` taps of each kernel are saved. Backward, with ``G = rfft(grad, n)``: ``grad_u = irfft(G
+    conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B`` gives the causal kernel's gradient
+    ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
     """
 
     @staticmethod
-    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None, stacked: bool = False) -> Tensor:
+    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None, two_way: bool = False) -> Tensor:
         ctx.save_for_backward(u, causal, anticausal)
-        ctx.stacked = stacked
+        ctx.two_way = two_way
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
-        spectrum = torch.fft.rfft(u, n=n).unsqueeze(1) * _kernel_spectrum(causal, anticausal, n, stacked)
+        spectrum = _input_spectrum(u, n, two_way) * _kernel_spectrum(causal, anticausal, n, two_way)
         return torch.fft.irfft(spectrum, n=n)[..., :L]
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
         u, causal, anticausal = ctx.saved_tensors
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
-        g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1)
+        g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1), or B x 2 x C x H/2 x (n/2 + 1)
         grad_u = grad_causal = grad_anticausal = None
         if ctx.needs_input_grad[0]:
-            spectrum = _kernel_spectrum(causal, anticausal, n, ctx.stacked)
-            grad_u = torch.fft.irfft((g * spectrum.conj()).sum(1), n=n)[..., :L]
+            conjugate = _kernel_spectrum(causal, anticausal, n, ctx.two_way, conjugate=True)
+            grad_u = torch.fft.irfft((g * conjugate).sum(-3), n=n)[..., :L].reshape(u.shape)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            x = (g * torch.fft.rfft(u, n=n).unsqueeze(1).conj()).sum(0)  # C x H x (n/2 + 1)
-            if ctx.stacked:  # the anti-causal half's gradient is irfft(conj X): one inverse FFT for both
-                x[..., causal.shape[-2]:, :].imag.neg_()
-                return (grad_u, *torch.fft.irfft(x, n=n)[..., :L].split(causal.shape[-2], dim=-2), None)
+            x = (g * _input_spectrum(u, n, ctx.two_way).conj()).sum(0)  # C x H x (n/2 + 1), or 2 x C x H/2 x ...
+            if ctx.two_way:  # the anti-causal direction's gradient is irfft(conj X): one inverse FFT for both
+                x[1].imag.neg_()
+                return grad_u, torch.fft.irfft(x, n=n)[..., :L], None, None
             if ctx.needs_input_grad[1]:
                 grad_causal = torch.fft.irfft(x, n=n)[..., :L]
             if ctx.needs_input_grad[2]:
@@ -88,17 +89,32 @@ class _SpectralConvolution(torch.autograd.Function):
         return grad_u, grad_causal, grad_anticausal, None
 
 
-def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, stacked: bool = False) -> Tensor:
-    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given, or with ``stacked`` the two
-    spectra concatenated along the channels (one FFT of both kernels' taps)."""
-    if stacked:
-        spectrum = torch.fft.rfft(torch.cat([causal, anticausal], dim=-2), n=n)
-        spectrum[..., causal.shape[-2]:, :].imag.neg_()
+def _input_spectrum(u: Tensor, n: int, two_way: bool) -> Tensor:
+    """``rfft(u, n)`` of ``B x H x L`` inputs as ``B x 1 x H x F``, or two-way as ``B x 2 x 1 x H/2 x F``."""
+    if two_way:
+        return torch.fft.rfft(u.view(u.shape[0], 2, 1, u.shape[1] // 2, u.shape[2]), n=n)
+    return torch.fft.rfft(u, n=n).unsqueeze(1)
+
+
+def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, two_way: bool = False,
+                     conjugate: bool = False) -> Tensor:
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given, or two-way the spectra of the
+    ``2 x C x H/2 x L`` taps ``causal``, direction 1 conjugated; its complex conjugate with ``conjugate`` (two-way:
+    direction 0's imaginary part negated in place, not a conjugated copy)."""
+    if two_way:
+        spectrum = torch.fft.rfft(causal, n=n)
+        spectrum[0 if conjugate else 1].imag.neg_()
         return spectrum
     spectra = [torch.fft.rfft(causal, n=n)] if causal is not None else []
     if anticausal is not None:
         spectra.append(torch.fft.rfft(anticausal, n=n).conj())
-    return spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
+    spectrum = spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
+    return spectrum.conj() if conjugate else spectrum
+
+
+def _first_taps(K: Tensor, L: int) -> Tensor:
+    """``K[..., :L]``, without a slice (whose backward pass copies into zeros) where ``K`` has ``L`` taps."""
+    return K if K.shape[-1] == L else K[..., :L]
 
 
 def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Tensor:
@@ -106,7 +122,7 @@ def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Ten
 
     ``D`` is padded to ``L`` taps and added (two operators, whose backward passes are a slice and nothing), not
     written into tap 0 (whose backward pass would copy the gradient into zeros twice)."""
-    k = (K if K.shape[-1] == L else K[..., :L]).to(dtype)
+    k = _first_taps(K, L).to(dtype)
     if D is None:
         return k
     return k + F.pad(D.to(dtype).unsqueeze(-1), (0, L - 1))
@@ -121,9 +137,9 @@ def masked_input(u: Tensor, padding_mask: Tensor | None) -> Tensor:
 
 
 def masked_output(y: Tensor, padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
-    """``B x C x H x L`` outputs with their padded positions zeroed, in ``dtype``."""
+    """``B x ... x L`` outputs (``B x C x H x L``) with their padded positions zeroed, in ``dtype``."""
     if padding_mask is not None:
-        y = y.masked_fill(padding_mask[:, None, None, :], 0.0)
+        y = y.masked_fill(padding_mask.reshape(y.shape[0], *[1] * (y.dim() - 2), y.shape[-1]), 0.0)
     return y.to(dtype)
 
 
@@ -155,24 +171,27 @@ def two_way_fft_conv(
 ) -> Tensor:
     """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
 
-    Equals ``torch.cat([fft_conv(u1, *causal, padding_mask), fft_conv(u2, *anticausal, padding_mask, reverse=True)],
-    dim=2)`` for ``u = cat([u1, u2], dim=1)``: the two directions of a bidirectional block as one convolution.
+    Equals ``torch.stack([fft_conv(u1, *causal, padding_mask), fft_conv(u2, *anticausal, padding_mask,
+    reverse=True)], dim=1)`` for ``u = cat([u1, u2], dim=1)``: the two directions of a bidirectional block as one
+    convolution, each direction's outputs contiguous.
 
     Args:
         u: ``B x 2H x L``.
-        causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (or None).
+        causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (both or neither
+            with a skip).
         padding_mask: ``B x L``, True at padded positions (zeroed on input and output, as in ``fft_conv``).
     Returns:
-        ``B x C x 2H x L`` in the dtype of ``u``.
+        ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
     H = u.shape[1] // 2
     for K, D in (causal, anticausal):
         _check_kernel(u[:, :H], K, D, padding_mask)
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    y = _SpectralConvolution.apply(x, _taps(causal[0], L, x.dtype, causal[1]),
-                                   _taps(anticausal[0], L, x.dtype, anticausal[1]), True)
-    return masked_output(y, padding_mask, u.dtype)
+    (Kf, Df), (Kb, Db) = causal, anticausal
+    D = None if Df is None else torch.stack([Df, Db])
+    taps = _taps(torch.stack([_first_taps(Kf, L), _first_taps(Kb, L)]), L, x.dtype, D)  # 2 x C x H x L
+    return masked_output(_SpectralConvolution.apply(x, taps, None, True), padding_mask, u.dtype)
 
 
 def bidirectional_fft_conv(
