@@ -36,13 +36,13 @@ log() { echo "[$(date '+%H:%M:%S')] $*"; }
 # arch_args ARCH: the conf's model_args (MODEL_ARGS) and its model_args_ARCH, the arguments of one architecture
 # (what makes the compared models equal in size)
 arch_args() { local own="model_args_$1"; echo "$model_args ${!own:-}"; }
-# logged_parameters LOG STAGE: the parameter count fairseq-train wrote to LOG; exits naming LOG and the training
-# STAGE to run when there is none
-logged_parameters() {
-  local count
-  count="$({ grep -so 'num. shared model params: [0-9,]*' "$1" || true; } | tail -1 | awk '{print $NF}')"
-  [[ -n "$count" ]] || { echo "no parameter count in $1: run stage $2 first" >&2; exit 1; }
-  echo "$count"
+# train_arch ARCH LOG DATA ARGS...: fairseq_train (below) on DATA for architecture ARCH, with the plugin, the conf's
+# arguments of ARCH (arch_args) and ARGS; prints fairseq-train's output and appends it to LOG
+train_arch() {
+  local arch="$1" train_log="$2" data="$3"
+  shift 3
+  # shellcheck disable=SC2046
+  fairseq_train "$data" --user-dir "$user_dir" --arch "$arch" $(arch_args "$arch") "$@" 2>&1 | tee -a "$train_log"
 }
 
 # binarise DEST ARGS...: fairseq-preprocess ARGS --destdir DEST, restartable and safe for the checkpoints trained on
@@ -62,6 +62,71 @@ binarise() {
   fi
   rm -rf "$dest"
   mv "$dest.new" "$dest"
+}
+
+# Reading numbers from fairseq's logs. A reader that finds none exits non-zero, naming the file and the stage that
+# writes it: assign its output before use (x="$(metric ...)"), so that set -e ends the recipe there.
+# logged FILE PATTERN: the number that ends the last match of PATTERN (grep's basic regular expression) in FILE;
+# empty when there is none or no FILE
+logged() { { grep -so -- "$2" "$1" || true; } | tail -n 1 | awk '{print $NF}'; }
+# metric FILE STAGE WHAT PATTERN: the number `logged FILE PATTERN` finds; exits naming FILE when it is missing (run
+# STAGE first) or holds no WHAT (STAGE scored nothing)
+metric() {
+  local value
+  [[ -f "$1" ]] || { echo "missing $1: run stage $2 first" >&2; exit 1; }
+  value="$(logged "$1" "$4")"
+  [[ -n "$value" ]] || { echo "no $3 in $1 (written by stage $2): nothing was scored" >&2; exit 1; }
+  echo "$value"
+}
+# logged_parameters LOG STAGE: the parameter count (with its commas) fairseq-train, run by STAGE, wrote to LOG
+logged_parameters() { metric "$1" "$2" "parameter count" 'num. shared model params: [0-9][0-9,]*'; }
+# scored_tokens LOG: the number of tokens fairseq-eval-lm scored in LOG; fails naming LOG when there are none
+# (eval-lm then still prints "Evaluated 0 tokens ... Perplexity: 1.00" and exits 0)
+scored_tokens() {
+  local tokens
+  tokens="$(logged "$1" 'Evaluated [0-9][0-9,]*' | tr -d ,)"
+  [[ -n "$tokens" && "$tokens" -gt 0 ]] || {
+    echo "no token was scored in $1 (was TOKENS_PER_SAMPLE longer than the split or than the model was trained" \
+      "on?)" >&2; return 1; }
+  echo "$tokens"
+}
+# mean_range NUMBER...: their mean (min-max) to two decimals, or the one number alone
+mean_range() {
+  printf '%s\n' "$@" | awk '{s += $1; n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1}
+    END {if (n == 1) printf "%.2f", s; else printf "%.2f (%.2f-%.2f)", s / n, lo, hi}'
+}
+
+# Result tables, in markdown. A table is gathered row by row and printed whole by table_print, so that a number that
+# cannot be read ends the recipe before any row is printed: never a partial table, nor one that scored nothing.
+# table_start TITLE...: starts a table (the variable "table") with these column titles
+table_start() {
+  table="$(table_row "$@")"$'\n'"|$(printf -- '---|%.0s' "$@")"
+  table_rows=0
+}
+# table_row CELL...: prints the markdown row "| CELL | CELL |"
+table_row() { printf '|'; printf ' %s |' "$@"; printf '\n'; }
+# table_add CELL...: adds a row to the table; exits when a cell is empty (its reader failed in an argument)
+table_add() {
+  local cell
+  for cell in "$@"; do
+    [[ -n "$cell" ]] || { echo "an empty cell in the row of $1: nothing was scored" >&2; exit 1; }
+  done
+  table+=$'\n'"$(table_row "$@")"
+  table_rows=$((table_rows + 1))
+}
+# table_print [FILE]: prints the table (and writes it to FILE); exits when it has no row
+table_print() {
+  [[ "$table_rows" -gt 0 ]] || { echo "nothing was scored: no row in the table" >&2; exit 1; }
+  printf '%s\n' "$table" | tee ${1:+"$1"}
+}
+# saved_table FILE COMMAND...: runs COMMAND (run), which prints a markdown table, into FILE, then prints an empty
+# line and FILE
+saved_table() {
+  local file="$1"
+  shift
+  run "$@" > "$file"
+  echo
+  cat "$file"
 }
 
 # USER_DIR: the plugin directory given to fairseq's --user-dir; default: the ssm_fairseq package that this python

@@ -50,6 +50,10 @@ averaged="$save_dir/checkpoint_avg$average_last.pt"
 lm_dir="$work_dir/lm"
 lm_save_dir="$work_dir/checkpoints/lm_$lm_arch"
 train_subset="${train_name:-${train_sets// /,}}"
+# the WER tables' columns, and the line of fairseq-generate's output that ends with the WER
+read -ra wer_columns <<< "$eval_sets"
+wer_columns=("${wer_columns[@]/%/ WER %}")
+wer_line='^Generate .* WER: [0-9][0-9.]*$'
 # every subset once, in order: training, validation, evaluation
 all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"
 
@@ -107,23 +111,15 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   done
 fi
 
-# wer_of DIR SUBSET STAGE: the WER fairseq-generate printed into DIR for SUBSET (fails naming the stage to run)
-wer_of() {
-  local result="$1/generate-$2.txt" wer
-  [[ -f "$result" ]] || { echo "no decoding of $2: run stage $3 first ($result)" >&2; return 1; }
-  wer="$(sed -n 's/^Generate .* WER: \([0-9.]*\)$/\1/p' "$result" | tail -n 1)"
-  [[ -n "$wer" ]] || { echo "no WER line in $result" >&2; return 1; }
-  echo "$wer"
-}
-
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   log "stage 5: WER table ($work_dir/decode/$arch)"
-  header="| model |" rule="|---|" row="| $arch (beam $beam) |"
+  table_start model "${wer_columns[@]}"
+  wers=()
   for subset in $eval_sets; do
-    wer="$(wer_of "$work_dir/decode/$arch/$subset" "$subset" 4)"
-    header+=" $subset WER % |" rule+="---|" row+=" $wer |"
+    wers+=("$(metric "$work_dir/decode/$arch/$subset/generate-$subset.txt" 4 WER "$wer_line")")
   done
-  printf '%s\n%s\n%s\n' "$header" "$rule" "$row" | tee "$work_dir/wer_$arch.md"
+  table_add "$arch (beam $beam)" "${wers[@]}"
+  table_print "$work_dir/wer_$arch.md"
 fi
 
 if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
@@ -161,10 +157,9 @@ fi
 if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
   lm_checkpoint="$lm_save_dir/checkpoint_best.pt"
   [[ -f "$lm_checkpoint" ]] || { echo "no language model $lm_checkpoint: run stage 7 first" >&2; exit 1; }
-  header="| LM weight ($lm_arch) |" rule="|---|" rows=()
-  for subset in $eval_sets; do header+=" $subset WER % |" rule+="---|"; done
+  table_start "LM weight ($lm_arch)" "${wer_columns[@]}"
   for weight in $lm_weights; do
-    row="| $weight |"
+    wers=()
     for subset in $eval_sets; do
       out="$work_dir/decode/$arch/lm_${lm_arch}_$weight/$subset"
       log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight -> $out"
@@ -173,9 +168,9 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
         --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
         --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" --results-path "$out" \
         ${DECODE_ARGS:-} > /dev/null
-      row+=" $(wer_of "$out" "$subset" 8) |"
+      wers+=("$(metric "$out/generate-$subset.txt" 8 WER "$wer_line")")
     done
-    rows+=("$row")
+    table_add "$weight" "${wers[@]}"
   done
-  printf '%s\n' "$header" "$rule" "${rows[@]}" | tee "$work_dir/wer_${arch}_lm_$lm_arch.md"
+  table_print "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi

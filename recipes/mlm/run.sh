@@ -75,15 +75,15 @@ fi
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: fairseq-train --task masked_lm --arch $arch -> $work_dir/checkpoints/$arch (resumes if present)"
-    # shellcheck disable=SC2046,SC2086
-    fairseq_train "$data_bin" --user-dir "$user_dir" --task masked_lm --criterion masked_lm \
-      --arch "$arch" $(arch_args "$arch") --save-dir "$work_dir/checkpoints/$arch" \
+    # shellcheck disable=SC2086
+    train_arch "$arch" "$work_dir/train_$arch.log" "$data_bin" --task masked_lm --criterion masked_lm \
+      --save-dir "$work_dir/checkpoints/$arch" \
       --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc \
       --batch-size "$batch_size" --update-freq "$update_freq" --max-update "$max_update" \
       --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0 \
       --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$warmup_updates" --total-num-update "$max_update" \
       --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test --seed "$seed" \
-      --log-format simple --log-interval 10 ${TRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/train_$arch.log"
+      --log-format simple --log-interval 10 ${TRAIN_ARGS:-}
   done
 fi
 
@@ -100,26 +100,20 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   done
 fi
 
-# the last value of "| NAME VALUE" logged on a "valid on 'SUBSET' subset" line of a fairseq log (empty if none)
-logged_valid() { { grep -o "valid on '$2' subset.*| $3 [0-9.]*" "$1" || true; } | tail -1 | awk '{print $NF}'; }
-
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   log "stage 5: perplexity table (masked tokens, ${tokens_per_sample}-token sequences)"
-  echo
-  echo "| model | parameters | valid ppl | test ppl |"
-  echo "|---|---|---|---|"
+  table_start model parameters "valid ppl" "test ppl"
   for arch in $archs; do
-    row=""
+    ppl=()
     for split in valid test; do
-      f="$work_dir/validate_${arch}_$split.log"
-      [[ -f "$f" ]] || { echo "missing $f: run stage 4 first" >&2; exit 1; }
-      ppl="$(logged_valid "$f" "$split" ppl)"
-      [[ -n "$ppl" ]] || { echo "no perplexity in $f: nothing was scored" >&2; exit 1; }
-      row="$row $ppl |"
+      ppl+=("$(metric "$work_dir/validate_${arch}_$split.log" 4 perplexity \
+        "valid on '$split' subset.*| ppl [0-9][0-9.]*")")
     done
     params="$(logged_parameters "$work_dir/train_$arch.log" 3)"
-    echo "| $arch | $params |$row"
+    table_add "$arch" "$params" "${ppl[@]}"
   done
+  echo
+  table_print
   # the same checkpoints by where the evidence for a masked token lies (the sliding window's reach: its layers x
   # window, or EVIDENCE_REACH), each SSM model also with its SSM outputs zeroed, and the unigram reference
   reach=()
@@ -131,9 +125,8 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
     for arch in $archs; do checkpoints+=(--checkpoint "$arch=$work_dir/checkpoints/$arch/checkpoint_best.pt"); done
     for split in valid test; do
       log "stage 5: masked-token perplexity on $split by where the evidence lies"
-      echo
-      run python "$repo/scripts/mlm_evidence_perplexity.py" "$data_bin" "${checkpoints[@]}" ${reach[@]+"${reach[@]}"} \
-        --split "$split" --ablate-ssm --batch-size "$batch_size" | tee "$work_dir/evidence_$split.md"
+      saved_table "$work_dir/evidence_$split.md" python "$repo/scripts/mlm_evidence_perplexity.py" "$data_bin" \
+        "${checkpoints[@]}" ${reach[@]+"${reach[@]}"} --split "$split" --ablate-ssm --batch-size "$batch_size"
     done
   fi
 fi
@@ -147,24 +140,24 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
     classes="$(grep -c . "$labels")"
     for arch in $archs; do
       log "stage 6: fine-tuning $arch with --task sentence_prediction ($classes classes)"
-      # shellcheck disable=SC2046,SC2086
-      fairseq_train "$data_bin/labelled" --user-dir "$user_dir" --task sentence_prediction \
-        --criterion sentence_prediction --arch "$arch" $(arch_args "$arch") --num-classes "$classes" \
+      # shellcheck disable=SC2086
+      train_arch "$arch" "$work_dir/finetune_$arch.log" "$data_bin/labelled" --task sentence_prediction \
+        --criterion sentence_prediction --num-classes "$classes" \
         --finetune-from-model "$work_dir/checkpoints/$arch/checkpoint_best.pt" \
         --save-dir "$work_dir/checkpoints/${arch}_finetuned" \
         --init-token 0 --separator-token 2 --max-positions "$tokens_per_sample" --batch-size 16 \
         --max-epoch "$finetune_max_epoch" --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 \
         --lr "$finetune_lr" --lr-scheduler fixed --required-batch-size-multiple 1 --no-epoch-checkpoints \
         --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric --seed "$seed" \
-        --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
+        --log-format simple --log-interval 10 ${FINETUNE_ARGS:-}
+    done
+    table_start model "fine-tuned valid accuracy (%)"
+    for arch in $archs; do
+      accuracy="$(metric "$work_dir/finetune_$arch.log" 6 "validation accuracy" \
+        "valid on 'valid' subset.*| accuracy [0-9][0-9.]*")"
+      table_add "$arch" "$accuracy"
     done
     echo
-    echo "| model | fine-tuned valid accuracy (%) |"
-    echo "|---|---|"
-    for arch in $archs; do
-      accuracy="$(logged_valid "$work_dir/finetune_$arch.log" valid accuracy)"
-      [[ -n "$accuracy" ]] || { echo "no validation accuracy in $work_dir/finetune_$arch.log" >&2; exit 1; }
-      echo "| $arch | $accuracy |"
-    done
+    table_print
   fi
 fi

@@ -36,6 +36,8 @@ source "$conf"
 [[ "$pretrain_updates" =~ ^[0-9]+$ ]] ||
   { echo "PRETRAIN_UPDATES must be a whole number of updates (0: no pre-training), got '$pretrain_updates'" >&2; exit 2; }
 pretrain_updates=$((10#$pretrain_updates))  # "00" is 0 too (fairseq-train reads --max-update 0 as no limit)
+# what stages 5 and 6 decode and score: each of ARCHS, then each of ABLATE_ARCHS with its SSM outputs zeroed
+results="$archs $(for arch in $ablate_archs; do echo "${arch}_ssm_zeroed"; done)"
 bpe="$work_dir/bpe"
 data_bin="$work_dir/data-bin"
 
@@ -83,14 +85,14 @@ elif [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
   for arch in $archs; do
     log "stage 3: denoising pre-training of $arch -> $work_dir/checkpoints/$arch/pretrain"
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pretrain" --user-dir "$user_dir" --task denoising --arch "$arch" $(arch_args "$arch") \
+    train_arch "$arch" "$work_dir/pretrain_$arch.log" "$data_bin/pretrain" --task denoising \
       --share-all-embeddings --mask 0.3 --mask-length span-poisson --poisson-lambda 3.5 --replace-length 1 \
       --rotate 0 --permute-sentences 0 --insert 0 --tokens-per-sample "$tokens_per_sample" \
       --criterion cross_entropy --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --weight-decay 0.01 \
       --lr "$lr" --lr-scheduler polynomial_decay --warmup-updates "$((pretrain_updates / 10 + 1))" \
       --total-num-update "$pretrain_updates" --max-update "$pretrain_updates" --max-tokens "$max_tokens" \
       --required-batch-size-multiple 1 --save-dir "$work_dir/checkpoints/$arch/pretrain" --seed "$seed" \
-      --log-format simple --log-interval 10 ${PRETRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/pretrain_$arch.log"
+      --log-format simple --log-interval 10 ${PRETRAIN_ARGS:-}
   done
 fi
 
@@ -101,39 +103,34 @@ if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
     [[ "$pretrain_updates" == 0 ]] ||
       start=(--finetune-from-model "$work_dir/checkpoints/$arch/pretrain/checkpoint_last.pt")
     # shellcheck disable=SC2086
-    fairseq_train "$data_bin/pairs" --user-dir "$user_dir" --task translation --arch "$arch" $(arch_args "$arch") \
+    train_arch "$arch" "$work_dir/finetune_$arch.log" "$data_bin/pairs" --task translation \
       --share-all-embeddings "${start[@]}" \
       --criterion label_smoothed_cross_entropy --label-smoothing "$label_smoothing" \
       --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-6 --lr "$lr" --lr-scheduler inverse_sqrt \
       --warmup-updates "$((finetune_updates / 10 + 1))" --max-update "$finetune_updates" --max-tokens "$max_tokens" \
       --required-batch-size-multiple 1 --skip-invalid-size-inputs-valid-test \
       --save-dir "$work_dir/checkpoints/$arch/finetune" --no-epoch-checkpoints --seed "$seed" \
-      --log-format simple --log-interval 10 ${FINETUNE_ARGS:-} 2>&1 | tee -a "$work_dir/finetune_$arch.log"
+      --log-format simple --log-interval 10 ${FINETUNE_ARGS:-}
   done
 fi
 
-# generate ARCH NAME [ARGS...]: fairseq-generate --beam BEAM with ARCH's fine-tuned checkpoint on the test split into
-# generate_NAME.txt (its log in generate_NAME.log)
-generate() {
-  local arch="$1" name="$2"
-  shift 2
-  # shellcheck disable=SC2086
-  { run fairseq-generate "$data_bin/pairs" --user-dir "$user_dir" --task translation \
-      --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
-      --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 \
-      --post-process sentencepiece --scoring sacrebleu "$@" ${GENERATE_ARGS:-} > "$work_dir/generate_$name.txt"; } \
-    2>&1 | tee "$work_dir/generate_$name.log"
-}
-
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
-  for arch in $archs; do
-    log "stage 5: fairseq-generate --beam $beam with $arch on the test split"
-    generate "$arch" "$arch"
-  done
-  for arch in $ablate_archs; do
-    log "stage 5: the same with $arch's SSM outputs zeroed (--model-overrides \"{'ssm_ablation': True}\")"
-    generate "$arch" "${arch}_ssm_zeroed" --model-overrides "{'ssm_ablation': True}"
-    grep -q -- "--ssm-ablation: the outputs of" "$work_dir/generate_${arch}_ssm_zeroed.log" || {
+  for name in $results; do
+    arch="${name%_ssm_zeroed}"
+    ablation=()
+    if [[ "$name" == "$arch" ]]; then
+      log "stage 5: fairseq-generate --beam $beam with $arch on the test split"
+    else
+      log "stage 5: the same with $arch's SSM outputs zeroed (--model-overrides \"{'ssm_ablation': True}\")"
+      ablation=(--model-overrides "{'ssm_ablation': True}")
+    fi
+    # shellcheck disable=SC2086
+    { run fairseq-generate "$data_bin/pairs" --user-dir "$user_dir" --task translation \
+        --path "$work_dir/checkpoints/$arch/finetune/checkpoint_best.pt" --gen-subset test --beam "$beam" \
+        --max-len-a 0 --max-len-b 64 --batch-size 8 --required-batch-size-multiple 1 --post-process sentencepiece \
+        --scoring sacrebleu ${ablation[@]+"${ablation[@]}"} ${GENERATE_ARGS:-} > "$work_dir/generate_$name.txt"; } \
+      2>&1 | tee "$work_dir/generate_$name.log"
+    [[ "$name" == "$arch" ]] || grep -q -- "--ssm-ablation: the outputs of" "$work_dir/generate_$name.log" || {
       echo "$arch's checkpoint did not take ssm_ablation (saved before the option existed?): no ablation row" >&2
       exit 1
     }
@@ -142,32 +139,18 @@ fi
 
 if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
   log "stage 6: results on the test split"
-  echo
-  echo "| model | parameters | test examples | exactly right (%) | right words, any order (%) | sacreBLEU |"
-  echo "|---|---|---|---|---|---|"
-  for name in $archs $(for arch in $ablate_archs; do echo "${arch}_ssm_zeroed"; done); do
+  table_start model parameters "test examples" "exactly right (%)" "right words, any order (%)" sacreBLEU
+  for name in $results; do
     arch="${name%_ssm_zeroed}"
     f="$work_dir/generate_$name.txt"
     [[ -f "$f" ]] || { echo "missing $f: run stage 5 first" >&2; exit 1; }
     params="$(logged_parameters "$work_dir/finetune_$arch.log" 4)"
     label="$arch"
     [[ "$name" != "$arch" ]] && label="$arch, SSM output zeroed"
-    run python - "$f" "$label" "$params" <<'PY'
-import re, sys
-path, label, params = sys.argv[1:]
-text = open(path, encoding="utf-8").read()
-targets = dict(re.findall(r"^T-(\d+)\t(.*)$", text, flags=re.M))
-hypotheses = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", text, flags=re.M))
-bleu = re.search(r"BLEU = ([0-9.]+)", text)
-if not targets or targets.keys() != hypotheses.keys() or not bleu:
-    sys.exit(f"{path}: {len(targets)} targets, {len(hypotheses)} hypotheses, BLEU {'found' if bleu else 'missing'}: "
-             "nothing to score")
-right = sum(hypotheses[i].split() == t.split() for i, t in targets.items())
-any_order = sum(sorted(hypotheses[i].split()) == sorted(t.split()) for i, t in targets.items())
-# BLEU counts up to 4-grams: with no target of 4 words it is 0 whatever the outputs, so it is not printed
-bleu = bleu.group(1) if any(len(t.split()) >= 4 for t in targets.values()) else "- (targets under 4 words)"
-print(f"| {label} | {params} | {len(targets)} | {100 * right / len(targets):.1f} | "
-      f"{100 * any_order / len(targets):.1f} | {bleu} |")
-PY
+    scores="$(run python "$repo/scripts/score_generations.py" "$f")"
+    IFS=$'\t' read -ra scores <<< "$scores"
+    table_add "$label" "$params" "${scores[@]}"
   done
+  echo
+  table_print
 fi

@@ -55,23 +55,6 @@ if [[ $stage -le 3 && $stop_stage -ge 3 && "$context_window" -ge "$tokens_per_sa
   echo "CONTEXT_WINDOW ($context_window) must be smaller than TOKENS_PER_SAMPLE ($tokens_per_sample)" >&2; exit 2
 fi
 
-# scored_tokens LOG: the number of tokens fairseq-eval-lm scored in LOG; fails naming LOG when there are none
-# (eval-lm then still prints "Evaluated 0 tokens ... Perplexity: 1.00" and exits 0).
-scored_tokens() {
-  local tokens
-  tokens="$({ grep -o 'Evaluated [0-9,]* tokens' "$1" || true; } | tail -1 | cut -d' ' -f2 | tr -d ,)"
-  [[ -n "$tokens" && "$tokens" -gt 0 ]] || {
-    echo "no token was scored in $1 (was TOKENS_PER_SAMPLE longer than the split or than the model was trained" \
-      "on?)" >&2; return 1; }
-  echo "$tokens"
-}
-
-# summary FILE...: the mean (min-max) of the numbers in FILE (one per line), or the number alone
-summary() {
-  awk '{s += $1; n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1}
-       END {if (n == 1) printf "%.2f", s; else printf "%.2f (%.2f-%.2f)", s / n, lo, hi}' "$@"
-}
-
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   if [[ "$generate_sample" == 1 ]]; then
     log "stage 0: generating the long-document sample into $data_dir ($sample_args)"
@@ -112,11 +95,11 @@ if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
     for seed in $seeds; do
       save_dir="$work_dir/checkpoints/${arch}_seed$seed"
       log "stage 2: fairseq-train --arch $arch --seed $seed -> $save_dir (resumes from checkpoint_last.pt if present)"
-      # shellcheck disable=SC2046,SC2086
-      fairseq_train "$data_bin" --user-dir "$user_dir" --task language_modeling --arch "$arch" $(arch_args "$arch") \
+      # shellcheck disable=SC2086
+      train_arch "$arch" "$work_dir/train_${arch}_seed$seed.log" "$data_bin" --task language_modeling \
         --save-dir "$save_dir" --tokens-per-sample "$tokens_per_sample" --sample-break-mode none $optim_args \
         --criterion "$criterion" --seed "$seed" --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp \
-        --log-format simple --log-interval 100 ${TRAIN_ARGS:-} 2>&1 | tee -a "$work_dir/train_${arch}_seed$seed.log"
+        --log-format simple --log-interval 100 ${TRAIN_ARGS:-}
     done
   done
 fi
@@ -147,33 +130,25 @@ fi
 
 if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   log "stage 4: perplexity table (seeds: $seeds)"
-  table="$(
-    echo "| model | parameters | valid ppl | test ppl |"
-    echo "|---|---|---|---|"
-    for arch in $archs; do
-      row=""
-      for split in valid test; do
-        values="$(mktemp)"
-        for seed in $seeds; do
-          f="$work_dir/eval_${arch}_seed${seed}_$split.log"
-          [[ -f "$f" ]] || { echo "missing $f: run stage 3 first" >&2; exit 1; }
-          scored_tokens "$f" >/dev/null || exit 1
-          ppl="$({ grep -o 'Perplexity: [0-9.]*' "$f" || true; } | tail -1 | cut -d' ' -f2)"
-          [[ -n "$ppl" ]] || { echo "no perplexity in $f" >&2; exit 1; }
-          echo "$ppl" >> "$values"
-        done
-        row="$row $(summary "$values") |"
-        rm -f "$values"
+  runs=""
+  [[ "$(wc -w <<< "$seeds")" -gt 1 ]] && runs=" ($(wc -w <<< "$seeds") seeds)"
+  table_start model parameters "valid ppl" "test ppl"
+  for arch in $archs; do
+    cells=()
+    for split in valid test; do
+      ppl=()
+      for seed in $seeds; do
+        f="$work_dir/eval_${arch}_seed${seed}_$split.log"
+        ppl+=("$(metric "$f" 3 perplexity 'Perplexity: [0-9][0-9.]*')")
+        scored_tokens "$f" >/dev/null
       done
-      f="$work_dir/train_${arch}_seed${seeds%% *}.log"
-      params="$(logged_parameters "$f" 2)"
-      runs=""
-      [[ "$(wc -w <<< "$seeds")" -gt 1 ]] && runs=" ($(wc -w <<< "$seeds") seeds)"
-      echo "| $arch$runs | $params |$row"
+      cells+=("$(mean_range "${ppl[@]}")")
     done
-  )"
+    params="$(logged_parameters "$work_dir/train_${arch}_seed${seeds%% *}.log" 2)"
+    table_add "$arch$runs" "$params" "${cells[@]}"
+  done
   echo
-  echo "$table"
+  table_print
 fi
 
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
@@ -184,16 +159,11 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
       checkpoints+=(--checkpoint "$arch=$work_dir/checkpoints/${arch}_seed$seed/checkpoint_best.pt")
     done
   done
-  run python "$repo/scripts/lm_distance_perplexity.py" "$data_bin" "${checkpoints[@]}" --split test \
-    --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm > "$work_dir/distance_table.md"
-  echo
-  cat "$work_dir/distance_table.md"
+  distance=(python "$repo/scripts/lm_distance_perplexity.py" "$data_bin" "${checkpoints[@]}" --split test
+    --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm)
+  saved_table "$work_dir/distance_table.md" "${distance[@]}"
   if [[ -n "$word_pattern" ]]; then
     log "stage 5: the same for the words matching $word_pattern only"
-    run python "$repo/scripts/lm_distance_perplexity.py" "$data_bin" "${checkpoints[@]}" --split test \
-      --tokens-per-sample "$tokens_per_sample" ${reach:+--reach "$reach"} --ablate-ssm --only "$word_pattern" \
-      > "$work_dir/distance_table_words.md"
-    echo
-    cat "$work_dir/distance_table_words.md"
+    saved_table "$work_dir/distance_table_words.md" "${distance[@]}" --only "$word_pattern"
   fi
 fi
