@@ -19,6 +19,8 @@ import torch
 import yaml
 from fairseq.data.audio.data_cfg import S2TDataConfig
 
+from ssm_fairseq.asr import Recognizer
+from ssm_fairseq.asr.features import NonFiniteFeaturesError
 from ssm_fairseq.audio_features import AudioError
 from ssm_fairseq.checkpoint_checks import FeatureMismatchError, feature_fingerprint
 from ssm_fairseq.streaming.transcriber import (ConcurrentCallError, SampleRangeError, StreamingTranscriber,
@@ -115,6 +117,58 @@ def test_models_and_data_that_need_the_whole_utterance_are_refused(causal, tmp_p
     assert "UtteranceCMVN, which needs the whole utterance" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --chunk-ms without --stream: a usage error
         transcribe_main([str(files[0]), "--checkpoint", str(checkpoint), "--chunk-ms", "160"])
+
+
+def test_two_streams_interleaved_through_one_loaded_model_each_equal_offline(causal):
+    """One ``Recognizer`` (one loaded model), two ``Stream``s fed two files chunk by chunk in turn, in chunks of
+    different sizes: each final transcript and its word times are its file's offline ones."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    offline = recognizer.transcribe(files[:2], timestamps=True)
+    streams = [recognizer.stream(timestamps=True) for _ in files[:2]]
+    audio = [sf.read(str(path), dtype="float32")[0] for path in files[:2]]
+    chunks = [[a[i:i + size] for i in range(0, len(a), size)] for a, size in zip(audio, (2560, 4000))]
+    for n in range(max(map(len, chunks))):
+        for stream, path, pieces in zip(streams, files, chunks):
+            if n < len(pieces):
+                stream.accept_waveform(pieces[n], source=path.name)
+    finals = [stream.finish() for stream in streams]
+    assert [t.text for t in finals] == [t.text for t in offline] and all(t.text for t in finals)
+    for streamed, whole in zip(finals, offline):
+        assert [w.word for w in streamed.words] == [w.word for w in whole.words]
+        assert [t for w in streamed.words for t in w[1:]] == pytest.approx([t for w in whole.words for t in w[1:]])
+
+
+def test_streams_of_one_recognizer_run_in_threads_at_once(causal):
+    """Each thread streams its own file on its own ``Stream`` of the one recognizer: no call is refused, nothing
+    is mixed, each transcript is its file's offline one."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["greedy"])
+    results: dict[Path, str] = {}
+    threads = [threading.Thread(target=lambda path=path: results.update(
+        {path: recognizer.stream().stream_file(path, 160).text})) for path in files]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [results.get(path) for path in files] == recognizer.transcribe(files)
+
+
+def test_features_not_finite_after_the_transforms_are_refused_streamed_as_offline(causal):
+    """The one check of ``asr.features.transformed``: a transform that makes inf (as global CMVN would with a zero
+    standard deviation) is refused offline naming the file, and in a stream (naming the file in ``stream_file``)."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["greedy"])
+    stream = recognizer.stream()
+    recognizer.feature_transforms = lambda features: np.full_like(features, np.inf)
+    with pytest.raises(AudioError, match=f"^{re.escape(str(files[0]))}: features are not finite"):
+        recognizer.transcribe(files[:1])
+    samples, _ = sf.read(str(files[0]), dtype="float32")
+    with pytest.raises(NonFiniteFeaturesError, match="^features are not finite"):
+        stream.accept_waveform(samples[:8000])
+    stream.reset()
+    with pytest.raises(AudioError, match=f"^{re.escape(str(files[0]))}: features are not finite"):
+        stream.stream_file(files[0], 320)
 
 
 def _offline(stream: StreamingTranscriber, path: Path) -> str:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-average-checkpoints": "ssm_fairseq.cli.average_checkpoints",
             "ssm-prepare-lm-text": "ssm_fairseq.cli.prepare_lm_text",
-            "ssm-transcribe": "ssm_fairseq.transcribe",
+            "ssm-transcribe": "ssm_fairseq.cli.transcribe",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels",
             "ssm-lm-distance-ppl": "ssm_fairseq.cli.lm_distance_perplexity",
             "ssm-mlm-evidence-ppl": "ssm_fairseq.cli.mlm_evidence_perplexity",

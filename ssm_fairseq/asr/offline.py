@@ -1,0 +1,126 @@
+"""Offline transcription of audio files with a ``Recognizer``: every file checked first, then decoded in padded
+batches as ``fairseq-generate`` batches and decodes a manifest.
+
+Files are sorted by length (longest first) and cut into batches of at most ``max_tokens`` frames (and
+``batch_size`` files); each batch is padded with zeros after each end, as fairseq's collater pads, and decoded by the
+task's ``TransducerGenerator``. So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints for its features
+with the same search options and batches.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+import soundfile as sf
+import torch
+from fairseq.data import data_utils
+from torch.nn.utils.rnn import pad_sequence
+
+from ..audio_features import AudioError, Conversions, audio_frames
+from ..generation.transducer_generator import NonFiniteScoreError
+from .transcripts import InputError, TimedTranscript
+
+if TYPE_CHECKING:
+    from .recognizer import Recognizer
+
+logger = logging.getLogger("ssm_fairseq.transcribe")
+
+TooLong = Callable[[Path | str, int], "str | None"]  # (path, feature frames) -> what to do, or None if it fits
+
+
+def file_frames(paths: Sequence[Path | str], too_long: TooLong | None = None) -> list[int]:
+    """Feature frames of every file (from its header), or ``InputError`` listing every file that is missing,
+    unreadable or empty, and every one ``too_long`` has something to say about."""
+    frames, problems = [], []
+    for path in paths:
+        try:
+            frames.append(audio_frames(path))
+        except AudioError as error:
+            problems.append(str(error))
+            continue
+        problem = None if too_long is None else too_long(path, frames[-1])
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise InputError(problems)
+    return frames
+
+
+def transcribe_files(recognizer: Recognizer, paths: Sequence[Path | str],
+                     timestamps: bool) -> list[str] | list[TimedTranscript]:
+    """``Recognizer.transcribe``: the transcript of each file of ``paths``, in order (``TimedTranscript``s with
+    ``timestamps``); files that are not 16 kHz mono are converted and logged, one line per kind of conversion."""
+    if isinstance(paths, (str, Path)):
+        raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
+    if timestamps:
+        recognizer.check_timestamps()
+    if not paths:
+        return []
+    frames = np.array(file_frames(paths, lambda path, n: too_long(recognizer, path, n)), dtype=np.int64)
+    order = np.lexsort((np.arange(len(paths)), -frames))  # longest first, as fairseq orders a manifest
+    batches = data_utils.batch_by_size(order, num_tokens_fn=frames.__getitem__,
+                                       max_tokens=recognizer.options.batch_max_tokens,
+                                       max_sentences=recognizer.options.batch_size)
+    texts: list[str | TimedTranscript | None] = [None] * len(paths)
+    done, every, conversions = 0, max(1, len(batches) // 10), Conversions()
+    for n, batch in enumerate(batches, 1):
+        try:
+            decoded = _decode(recognizer, batch, [recognizer.features(paths[i], conversions) for i in batch],
+                              [_duration(paths[i]) for i in batch] if timestamps else None)
+        except NonFiniteScoreError as error:  # sample ids are indices of paths
+            raise InputError([f"{paths[i]}: {error.reason}" for i in error.ids]) from error
+        for index, text in zip(batch, decoded):
+            texts[index] = text
+        done += len(batch)
+        if n % every == 0 or n == len(batches):
+            logger.info(f"{done}/{len(paths)} files transcribed ({n}/{len(batches)} batches)")
+    conversions.log(logger)
+    return texts
+
+
+def too_long(recognizer: Recognizer, path: Path | str, frames: int) -> str | None:
+    """What to do with a file of ``frames`` feature frames longer than a batch may be, or None if it fits."""
+    length = f"{path}: {frames / 100:.1f} s of audio ({frames} feature frames)"
+    max_frames, max_tokens = recognizer.max_frames, recognizer.options.batch_max_tokens
+    if frames > max_frames:
+        problem = recognizer.streaming_problem()
+        advice = (f"split it into pieces of at most {max_frames // 100} s (this model cannot stream it: "
+                  f"{problem})" if problem else
+                  "stream it, which has no length limit (ssm-transcribe --stream; StreamingTranscriber from "
+                  f"Python), or split it into pieces of at most {max_frames // 100} s")
+        return (f"{length}, longer than this model transcribes offline: {max_frames / 100:.1f} s "
+                f"({max_frames} frames, its max_source_positions); {advice}")
+    if max_tokens is not None and frames > max_tokens:
+        return (f"{length}, more than a batch holds (max_tokens, --max-tokens {max_tokens}): raise "
+                f"--max-tokens to at least {frames}")
+    return None
+
+
+def _decode(recognizer: Recognizer, ids: Sequence[int], features: list[torch.Tensor],
+            durations: list[float] | None = None) -> list[str] | list[TimedTranscript]:
+    """The ``T_i x 80`` features of files ``ids`` -> their transcripts, decoded as one ``B x T x 80`` padded batch
+    (zeros after each end, longest first, as fairseq's collater pads a batch); with the files' ``durations``
+    (seconds), their ``TimedTranscript``s."""
+    lengths, order = torch.tensor([f.shape[0] for f in features]).sort(descending=True)
+    sample = {"id": torch.tensor(ids)[order], "net_input": {
+        "src_tokens": pad_sequence([features[i] for i in order], batch_first=True).to(recognizer.device),
+        "src_lengths": lengths.to(recognizer.device)}}
+    hypotheses = recognizer.task.inference_step(recognizer.generator, [recognizer.model], sample)
+    texts = [""] * len(features)
+    for i, best in zip(order.tolist(), hypotheses):
+        texts[i] = recognizer.text(best[0]["tokens"])
+        if durations is not None:  # the alignment: (encoder frame, token index) per label, </s> not included
+            tokens = best[0]["tokens"].tolist()
+            aligned = [(frame, tokens[index]) for frame, index in best[0]["alignment"]]
+            words = recognizer.timed_words([token for _, token in aligned], [frame for frame, _ in aligned],
+                                           durations[i])
+            texts[i] = TimedTranscript(texts[i], words)
+    return texts
+
+
+def _duration(path: Path | str) -> float:
+    """Seconds of audio in a file (checked readable before), from its header."""
+    info = sf.info(str(path))
+    return info.frames / info.samplerate

@@ -1,0 +1,77 @@
+"""How a ``Recognizer`` decodes: the search, batching and precision settings, checked once, and the device."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ..tasks.speech_transducer import SEARCHES
+
+DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
+PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """A ``Recognizer``'s settings (the arguments ``Transcriber`` and ``ssm-transcribe`` take).
+
+    Args:
+        beam: 1 for greedy search, more for beam search (default 4, as the recipe decodes).
+        search: ``"exact"`` (frame-synchronous, up to ``max_symbols_per_frame`` labels per frame) or
+            ``"modified"`` (one label per frame).
+        max_symbols_per_frame, blank_penalty, lenpen: as ``fairseq-generate``'s ``--max-symbols-per-frame``,
+            ``--blank-penalty`` and ``--lenpen``.
+        max_tokens: most feature frames (10 ms each) in a padded batch of files; default 12000, as
+            ``fairseq-generate``, unless ``batch_size`` alone is given.
+        batch_size: most files in a batch.
+        precision: ``"float32"``, ``"float16"`` or ``"bfloat16"``: the dtype the model decodes in, as
+            ``fairseq-generate --fp16`` / ``--bf16`` (the joiner's log-softmax and the scores stay float32).
+        lm_path, lm_weight, lm_eos: shallow fusion with a fairseq language model, as ``fairseq-generate --lm-path
+            --lm-weight`` (and ``--no-lm-eos`` for ``lm_eos=False``); the LM stays in float32.
+
+    Raises ``ValueError`` naming the first option out of its range.
+    """
+
+    beam: int = 4
+    search: str = "exact"
+    max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME
+    lenpen: float = 1.0
+    blank_penalty: float = 0.0
+    max_tokens: int | None = None
+    batch_size: int | None = None
+    precision: str = "float32"
+    lm_path: Path | str | None = None
+    lm_weight: float = 0.0
+    lm_eos: bool = True
+
+    def __post_init__(self):
+        for name in ("beam", "max_symbols_per_frame", "max_tokens", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.search not in SEARCHES:
+            raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {self.precision!r}")
+
+    @property
+    def batch_max_tokens(self) -> int | None:
+        """``max_tokens`` as batches are cut: ``DEFAULT_MAX_TOKENS`` when neither it nor ``batch_size`` is set."""
+        return DEFAULT_MAX_TOKENS if self.max_tokens is None and self.batch_size is None else self.max_tokens
+
+    def describe_search(self) -> str:
+        """The search in words, for the log: ``"beam 4, exact search, fused with LM (weight 0.5)"``."""
+        searching = "greedy search" if self.beam == 1 else f"beam {self.beam}, {self.search} search"
+        if self.lm_path is not None:
+            searching += f", fused with {self.lm_path} (weight {self.lm_weight})"
+        return searching
+
+
+def choose_device(device: str | torch.device | None) -> torch.device:
+    """``device``, by default cuda if available, else cpu; ``ValueError`` for cuda where there is none."""
+    chosen = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {chosen} asked for, but CUDA is not available here (--cpu decodes on CPU)")
+    return chosen
