@@ -2,9 +2,8 @@
 
 Every fairseq command reads checkpoints through ``fairseq.checkpoint_utils.load_checkpoint_to_cpu``
 (``fairseq-generate --path``, ``fairseq-eval-lm --path``, ``fairseq-train --restore-file`` / ``checkpoint_last.pt``,
-``ssm_fairseq.transcribe``, ``scripts/average_checkpoints.py``). fairseq offers no hook between the command line and
-that call, so importing this module (``ssm_fairseq/__init__.py`` does, and ``--user-dir`` imports the package before
-any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, once, by a wrapper that
+``ssm_fairseq.transcribe``, ``scripts/average_checkpoints.py``), which ``fairseq_patches`` makes call
+``load_checked``. It
 
 * tests the zip archive's CRC-32 of every member before ``torch.load`` (which does not): flipped bytes in a tensor
   raise ``checkpoint PATH is corrupted: member X fails its CRC check`` (``CheckpointError``);
@@ -12,17 +11,12 @@ any checkpoint is read) replaces the function in ``fairseq.checkpoint_utils``, o
   the same exception type, chained to the original (``checkpoint PATH is truncated or not a checkpoint: ...``);
 * refuses NaN or inf in the model's parameters, naming the first such parameter (otherwise decoding would blame
   the audio for the scores they make, and training would go on from them);
-* when ``fairseq-train`` resumes (``Trainer.load_checkpoint``, patched to say so), compares the checkpoint's model
-  configuration with the run's (``config_differences``) and refuses a difference, naming the fields;
-* when the resumed checkpoint has already done ``--max-update`` updates, ends ``fairseq-train`` there (exit 0,
-  saying so): fairseq would take one more update before checking, so re-running a finished training changed its
-  checkpoints.
-* puts the checkpoint's path in front of a ``DictionaryMismatchError`` raised while ``fairseq-train`` loads its
-  weights (the text models' dictionary digests, ``models/dictionary_digest.py``), which fairseq would replace by
-  "please ensure that the architectures match".
+* when ``fairseq-train`` resumes, compares the checkpoint's model configuration with the run's
+  (``check_resumed_configuration``: ``config_differences``) and refuses a difference, naming the fields.
 
-``load_model_ensemble_and_task`` (``fairseq-generate --path``) is wrapped too, to put the checkpoint's path in front
-of a ``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task that builds its model.
+``finished_training`` says when a resumed checkpoint has already done ``--max-update`` updates (``fairseq_patches``
+then ends ``fairseq-train``), and ``naming_the_checkpoint`` puts the checkpoint's path in front of a
+``DictionaryMismatchError`` or ``FeatureMismatchError`` raised by the task that builds its model.
 
 What is compared: every field of the stored model configuration (``cfg.model``) except dropout rates (fields whose
 name contains ``dropout`` or ``layerdrop``: regularisation, which a resumed or fine-tuned run may change) and the
@@ -36,14 +30,11 @@ the role ``features`` (``feature_fingerprint()``), the features the model was tr
 ``input_feat_per_channel``, the feature transforms evaluation splits get (names and options) and the digest of the
 global CMVN statistics (``feature_differences``). A role that one side lacks (a checkpoint saved before it) is not compared; resuming from
 such a checkpoint warns. Models of argparse-only families keep the whole command line as ``cfg.model``; for them
-only ``arch`` is compared. Arguments, return values and every other error of the wrapped functions pass through
-unchanged; fairseq calls them through the module, so its own calls get the wrappers.
+only ``arch`` is compared.
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
 import logging
 import math
 import os
@@ -51,11 +42,9 @@ import pickle
 import zipfile
 from argparse import Namespace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
-from fairseq import checkpoint_utils
-from fairseq.trainer import Trainer
 from omegaconf import OmegaConf
 
 from .checkpoint_errors import CheckpointError, DictionaryMismatchError, FeatureMismatchError
@@ -71,7 +60,6 @@ FINGERPRINT_KEY = "dictionary_fingerprint"
 FEATURES_ROLE = "features"
 EVALUATION_SPLIT = "_eval"  # config.yaml's transforms for splits not trained on: "_eval" if it has one, else "*"
 TRANSFORM_NAMES = {"utterance_cmvn": "utterance CMVN", "global_cmvn": "global CMVN"}  # as messages name them
-_resumed_model_cfg: contextvars.ContextVar = contextvars.ContextVar("resumed_model_cfg", default=None)
 
 
 def is_unreadable_file_error(error: BaseException) -> bool:
@@ -292,58 +280,41 @@ def check_resumed_configuration(path: str, stored_model_cfg: Any, current_model_
                        f"check that it was trained on this run's features (feature transforms, CMVN statistics)")
 
 
-def _checked(load):
-    @functools.wraps(load)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        member = corrupted_member(path)
-        if member is not None:
-            raise CheckpointError(f"checkpoint {path} is corrupted: member {member} fails its CRC check (damaged "
-                                  f"bytes): copy it again or use another epoch's checkpointN.pt")
-        try:
-            state = load(path, *args, **kwargs)
-        except (RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as error:
-            if not is_unreadable_file_error(error):
-                raise
-            reason = str(error)
-            if isinstance(error, (EOFError, KeyError)):  # whose message alone ('101', or nothing) says little
-                reason = f"{type(error).__name__} {reason}".rstrip()
-            raise type(error)(f"checkpoint {path} is truncated or not a checkpoint: {reason}") from error
-        bad = first_non_finite_parameter(state.get("model") or {})
-        if bad is not None:
-            raise CheckpointError(f"checkpoint {path} has non-finite weights: parameter {bad}; the model is "
-                                  f"damaged (training diverged or the file was altered): use another checkpoint")
-        resumed = _resumed_model_cfg.get()
-        if resumed is not None and state.get("cfg") is not None:
-            check_resumed_configuration(path, state["cfg"]["model"], resumed)
-        return state
-
-    load_checkpoint_to_cpu.checks_the_checkpoint = True
-    return load_checkpoint_to_cpu
-
-
-def _comparing_the_model(load_checkpoint):
-    @functools.wraps(load_checkpoint)
-    def trainer_load_checkpoint(self, *args, **kwargs):
-        token = _resumed_model_cfg.set(self.cfg.model)
-        try:
-            extra_state = load_checkpoint(self, *args, **kwargs)
-        except Exception as error:  # fairseq re-raises what loading the weights raised as "architectures differ"
-            cause = error.__context__
-            if isinstance(cause, DictionaryMismatchError) and not isinstance(error, DictionaryMismatchError):
-                raise DictionaryMismatchError(f"checkpoint {args[0] if args else kwargs.get('filename')}: "
-                                              f"{cause}") from error
+def load_checked(path: str | os.PathLike, load: Callable[[], dict], resumed_model_cfg: Any = None) -> dict:
+    """The state that ``load()`` reads from checkpoint ``path`` (``fairseq.checkpoint_utils.load_checkpoint_to_cpu``),
+    checked before and after: its zip members' CRCs, its readability (``torch.load``'s error with the path in front,
+    the same exception type, chained), the finiteness of its weights and, given ``resumed_model_cfg`` (the resuming
+    run's ``cfg.model``), that it holds the same model (``check_resumed_configuration``); each failure names
+    ``path``."""
+    member = corrupted_member(path)
+    if member is not None:
+        raise CheckpointError(f"checkpoint {path} is corrupted: member {member} fails its CRC check (damaged "
+                              f"bytes): copy it again or use another epoch's checkpointN.pt")
+    try:
+        state = load()
+    except (RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as error:
+        if not is_unreadable_file_error(error):
             raise
-        finally:
-            _resumed_model_cfg.reset(token)
-        max_update = self.cfg.optimization.max_update
-        if extra_state is not None and 0 < max_update <= self.get_num_updates():
-            logger.info(f"{args[0] if args else kwargs.get('filename')} has done {self.get_num_updates()} updates, "
-                        f"--max-update is {max_update}: nothing to train, its checkpoints left as they are")
-            raise SystemExit(0)
-        return extra_state
+        reason = str(error)
+        if isinstance(error, (EOFError, KeyError)):  # whose message alone ('101', or nothing) says little
+            reason = f"{type(error).__name__} {reason}".rstrip()
+        raise type(error)(f"checkpoint {path} is truncated or not a checkpoint: {reason}") from error
+    bad = first_non_finite_parameter(state.get("model") or {})
+    if bad is not None:
+        raise CheckpointError(f"checkpoint {path} has non-finite weights: parameter {bad}; the model is "
+                              f"damaged (training diverged or the file was altered): use another checkpoint")
+    if resumed_model_cfg is not None and state.get("cfg") is not None:
+        check_resumed_configuration(path, state["cfg"]["model"], resumed_model_cfg)
+    return state
 
-    trainer_load_checkpoint.checks_the_checkpoint = True
-    return trainer_load_checkpoint
+
+def finished_training(path: str, num_updates: int, max_update: int) -> str | None:
+    """Why a run resumed from ``path`` after ``num_updates`` updates has nothing to train under ``--max-update
+    max_update`` (0: no limit), or None if it has."""
+    if 0 < max_update <= num_updates:
+        return (f"{path} has done {num_updates} updates, --max-update is {max_update}: nothing to train, its "
+                f"checkpoints left as they are")
+    return None
 
 
 @contextlib.contextmanager
@@ -354,22 +325,3 @@ def naming_the_checkpoint(names: str):
         yield
     except (DictionaryMismatchError, FeatureMismatchError) as error:
         raise type(error)(f"checkpoint {names}: {error}") from error
-
-
-def _naming_the_checkpoint(load_ensemble):
-    @functools.wraps(load_ensemble)
-    def load_model_ensemble_and_task(filenames, *args, **kwargs):
-        with naming_the_checkpoint(filenames[0] if len(filenames) == 1 else f"one of {', '.join(filenames)}"):
-            return load_ensemble(filenames, *args, **kwargs)
-
-    load_model_ensemble_and_task.checks_the_checkpoint = True
-    return load_model_ensemble_and_task
-
-
-if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "checks_the_checkpoint", False):
-    checkpoint_utils.load_checkpoint_to_cpu = _checked(checkpoint_utils.load_checkpoint_to_cpu)
-if not getattr(checkpoint_utils.load_model_ensemble_and_task, "checks_the_checkpoint", False):
-    checkpoint_utils.load_model_ensemble_and_task = _naming_the_checkpoint(
-        checkpoint_utils.load_model_ensemble_and_task)
-if not getattr(Trainer.load_checkpoint, "checks_the_checkpoint", False):
-    Trainer.load_checkpoint = _comparing_the_model(Trainer.load_checkpoint)

@@ -1,8 +1,9 @@
 """Registering the package's fairseq components when fairseq is imported, so that the torch-only parts never import it.
 
-The registering subpackages (``REGISTERING``: the checkpoint checks, criterions, models, LR scheduler and tasks)
-import fairseq, which costs seconds; ``ssm_fairseq.ssm`` and ``ssm_fairseq.modules`` need torch only. Python runs
-``ssm_fairseq/__init__.py`` before any submodule, so the package cannot import them eagerly. ``arm()``, called by
+The registering subpackages (``REGISTERING``: criterions, models, LR scheduler and tasks) and ``fairseq_patches``
+(the fairseq functions the package replaces, applied by ``register()``) import fairseq, which costs seconds;
+``ssm_fairseq.ssm`` and ``ssm_fairseq.modules`` need torch only. Python runs ``ssm_fairseq/__init__.py`` before any
+submodule, so the package cannot import them eagerly. ``arm()``, called by
 ``__init__``, registers at once when fairseq is already imported (``fairseq-train --user-dir``, ``import fairseq``
 first), and otherwise puts ``_RegisterWithFairseq`` at the front of ``sys.meta_path``: it lets the other finders find
 each module and, through a one-shot wrapper of its loader's ``exec_module``, learns when the top-level ``fairseq``
@@ -28,13 +29,16 @@ from types import ModuleType
 from typing import Callable, Sequence
 
 PACKAGE = __name__.rpartition(".")[0]
-REGISTERING = ("checkpoint_checks", "criterions", "models", "optim", "tasks")
+REGISTERING = ("criterions", "models", "optim", "tasks")
+PATCHES = "fairseq_patches"
 
 
 def register() -> None:
-    """Import the subpackages that register components with fairseq (each import happens once)."""
+    """Import the subpackages that register components with fairseq (each import happens once), then apply the
+    package's patches of fairseq (``fairseq_patches.apply``, idempotent)."""
     for name in REGISTERING:
         importlib.import_module(f"{PACKAGE}.{name}")
+    importlib.import_module(f"{PACKAGE}.{PATCHES}").apply()
 
 
 def fairseq_imported() -> bool:

@@ -58,10 +58,10 @@ def test_editable_install_with_setup_py_present(source, tmp_path):
     direct_url = json.loads((dist_info / "direct_url.json").read_text(encoding="utf-8"))
     assert direct_url["dir_info"] == {"editable": True} and direct_url["url"] == source.as_uri()
     assert (prefix / "bin" / "ssm-transcribe").is_file()
-    # -S: without .venv's site-packages (and its editable install of the clone), only the prefix's is searched
+    # -I -S: without PYTHONPATH and .venv's site-packages (its editable install of the clone), only the prefix's
     locate = ("import importlib.util, site; site.addsitedir(%r); "
               "print(importlib.util.find_spec('ssm_fairseq').origin)" % str(site_packages))
-    origin = run([str(BIN / "python"), "-S", "-c", locate], cwd=tmp_path).strip()
+    origin = run([str(BIN / "python"), "-I", "-S", "-c", locate], cwd=tmp_path).strip()
     assert Path(origin) == source / "ssm_fairseq" / "__init__.py"
     installed = run([str(BIN / "python"), "-m", "pip", "show", "--files", "ssm_fairseq"], cwd=tmp_path)
     assert "Location: " + str(BIN.parent) in installed, "the test's install replaced .venv's own"

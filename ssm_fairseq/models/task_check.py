@@ -70,21 +70,10 @@ def text_task_arch_error(task: str, arch: str) -> str | None:
     return f"--arch {arch} (model {model}) trains with --task {' or '.join(tasks)}; got --task {task}"
 
 
-def check_text_tasks_arch() -> None:
-    """Give fairseq's text tasks that this package's models use (``MODEL_TASKS``) the ``--arch`` check of
-    ``check_arch_when_parsed``: their ``add_args`` is wrapped, once, to install it after adding their options."""
-    for name in sorted({task for tasks in MODEL_TASKS.values() for task in tasks} & set(TEXT_TASKS)):
-        cls = TASK_REGISTRY.get(name)
-        if cls is None or "add_args" in getattr(cls, "_arch_checked", ()):
-            continue
-        add_task_args = cls.add_args  # bound to cls
-
-        def add_args(parser, add_task_args=add_task_args, name=name):
-            add_task_args(parser)
-            check_arch_when_parsed(parser, lambda arch: text_task_arch_error(name, arch))
-
-        cls.add_args = staticmethod(add_args)
-        cls._arch_checked = ("add_args",)
+def checked_text_tasks() -> list[str]:
+    """fairseq's text tasks that this package's models train with (``MODEL_TASKS``): ``fairseq_patches`` gives their
+    ``--arch`` the check of ``check_arch_when_parsed`` with ``text_task_arch_error``."""
+    return sorted({task for tasks in MODEL_TASKS.values() for task in tasks} & set(TEXT_TASKS))
 
 
 def speech_task_option_clash(error: argparse.ArgumentError) -> str:

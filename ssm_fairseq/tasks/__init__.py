@@ -1,6 +1,3 @@
-"""Tasks registered with fairseq (``--task speech_transducer``), and the ``--arch`` check of fairseq's text tasks
-for this package's models (``models/task_check.py``)."""
-from ..models.task_check import check_text_tasks_arch
+"""Tasks registered with fairseq (``--task speech_transducer``). fairseq's text tasks get this package's ``--arch``
+check from ``fairseq_patches`` (``models/task_check.py`` says which tasks and what it refuses)."""
 from . import speech_transducer  # noqa: F401
-
-check_text_tasks_arch()
