@@ -39,6 +39,7 @@ from .transcripts import TimedTranscript
 
 logger = logging.getLogger("ssm_fairseq.transcribe")  # the name ssm-transcribe's log lines have always had
 
+
 class Recognizer:
     """A ``speech_transducer`` checkpoint loaded once: model, dictionary, feature transforms, search, detokenizer.
 
