@@ -134,7 +134,7 @@ def test_encoder_kernels_generated_together_equal_kernels_generated_one_by_one(m
     y, grads = output_and_grads()
     # one generation per scale of the ms sub-sampler (2 and 4 layers) and one for the encoder's 3 layers
     assert calls == [2 * 4, 4 * 4, 3 * 4]
-    assert not batched_kernels._GENERATED  # released when the forward pass ends
+    assert not batched_kernels._GENERATED.get()  # released when the forward pass ends
     torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
     for g, g_ref in zip(grads, grads_ref):
         torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import functools
 from typing import Iterator
 
@@ -50,8 +51,9 @@ CHUNKED_MIN_LENGTH = 2048
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 # id(kernel) -> (kernel, L, its kernel(L)) while a generated_together context is open (the kernel is held so that its
-# id is not reused)
-_GENERATED: dict[int, tuple[MSSMKernel, int, tuple[Tensor, Tensor]]] = {}
+# id is not reused); a context variable, so that forward passes in other threads neither see nor release them
+_GENERATED: contextvars.ContextVar[dict[int, tuple[MSSMKernel, int, tuple[Tensor, Tensor]]]] = contextvars.ContextVar(
+    "generated_kernels", default={})
 
 
 def _signature(kernel: MSSMKernel) -> tuple:
@@ -80,8 +82,9 @@ def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | Diagona
     """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, in one batched generation on the
     devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM
     kernel's ``DiagonalSystem`` instead. Inside ``generated_together`` the kernels it generated are taken from it."""
-    if kernels and all(_GENERATED.get(id(kernel), (None, -1))[1] == L for kernel in kernels):
-        return [_GENERATED[id(kernel)][2] for kernel in kernels]
+    generated = _GENERATED.get()
+    if kernels and all(generated.get(id(kernel), (None, -1))[1] == L for kernel in kernels):
+        return [generated[id(kernel)][2] for kernel in kernels]
     if _chunked(kernels, L):
         return [kernel.chunkable_system(L) if type(kernel) is MSSMKernel else kernel(L) for kernel in kernels]
     if _batched(kernels, L):
@@ -96,18 +99,19 @@ def generated_together(module: nn.Module, L: int) -> Iterator[None]:
     would batch them (``BATCHED_DEVICES``, with autograd): one generation per forward pass, not one per layer. The
     generated kernels are held until the context closes."""
     kernels = [m for m in module.modules() if type(m) is MSSMKernel]
+    held = dict(_GENERATED.get())  # a new dict: the default and an enclosing context's stay as they are
     if _batched(kernels, L):
         by_configuration = collections.defaultdict(list)
         for kernel in kernels:
             by_configuration[_signature(kernel)].append(kernel)
         for group in by_configuration.values():
             if can_batch(group):
-                _GENERATED.update((id(k), (k, L, generated)) for k, generated in zip(group, batched_kernels(group, L)))
+                held.update((id(k), (k, L, generated)) for k, generated in zip(group, batched_kernels(group, L)))
+    token = _GENERATED.set(held)
     try:
         yield
     finally:
-        for kernel in kernels:
-            _GENERATED.pop(id(kernel), None)
+        _GENERATED.reset(token)
 
 
 def convolve(u: Tensor, kernel: tuple[Tensor, Tensor] | DiagonalSystem, padding_mask: Tensor | None = None,
