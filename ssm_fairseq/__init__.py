@@ -1,14 +1,18 @@
 """ssm_fairseq: state space models (S4, S4D, DSS, MSSM) for fairseq.
 
-The SSM kernels in ``ssm_fairseq.ssm`` and the layers in ``ssm_fairseq.modules`` need only torch: importing them
-(or this package) does not import fairseq. The subpackages that register components with fairseq (``models``,
-``criterions``, ``tasks``, ``optim``) are imported, and the package's patches of fairseq applied (``fairseq_patches``:
-fairseq's checkpoint reader checks every checkpoint, CRCs, finite weights, the model configuration of a resumed run),
-when fairseq is imported (``registration``): at once if fairseq is already imported (``fairseq-train --user-dir
-ssm_fairseq`` imports this package after fairseq), otherwise by a small import hook the moment ``import fairseq`` completes, or at the end of the
-import of the module of ours that imported fairseq (every ``ssm-*`` command, ``python -m ssm_fairseq.transcribe``).
-Either way fairseq's registries hold every component before anything can read them, in whichever order the two
-packages are imported. ``registration.register()`` does it by hand.
+The package is laid out by domain (``docs/layout.md``): ``ssm`` (the SSM kernels) and ``layers`` (the blocks built
+on them) need only torch; ``asr`` is speech recognition (features, the speech encoder, the transducer and its fairseq
+model, criterion and task, search, recognition of files and streams), ``text`` the text models, ``integrity`` the
+checks that refuse silently wrong inputs, ``cli`` the console commands. Importing this package imports neither
+torch nor fairseq. The modules that register components with fairseq (``registration.REGISTERING``: the transducer's
+model, criterion and task, the text models, the LR scheduler) are imported, and the package's patches of fairseq
+applied (``fairseq_patches``: fairseq's checkpoint reader checks every checkpoint, CRCs, finite weights, the model
+configuration of a resumed run), when fairseq is imported (``registration``): at once if fairseq is already imported
+(``fairseq-train --user-dir ssm_fairseq`` imports this package after fairseq), otherwise by a small import hook the
+moment ``import fairseq`` completes, or at the end of the import of the module of ours that imported fairseq (every
+``ssm-*`` command, ``python -m ssm_fairseq.transcribe``). Either way fairseq's registries hold every component before
+anything can read them, in whichever order the two packages are imported. ``registration.register()`` does it by
+hand. The modules' import paths of the previous release still work for one release (``moved_modules``).
 
 The package also keeps one fairseq import-time message off the console: fairseq's ``text_to_speech`` task logs
 "Please install tensorboardX" at INFO whenever fairseq is imported without tensorboardX (which only its speech
@@ -19,7 +23,7 @@ fairseq is imported, not with the patches of ``fairseq_patches``, which import f
 """
 import logging
 
-from . import registration, ssm  # noqa: F401
+from . import moved_modules, registration
 
 __version__ = "0.1.0"
 
@@ -30,4 +34,5 @@ def _not_the_tensorboardx_hint(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("fairseq.tasks.text_to_speech").addFilter(_not_the_tensorboardx_hint)
+moved_modules.install()
 registration.arm()

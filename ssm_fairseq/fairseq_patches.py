@@ -29,9 +29,9 @@ from fairseq import checkpoint_utils
 from fairseq.tasks import TASK_REGISTRY
 from fairseq.trainer import Trainer
 
-from .checkpoint_checks import finished_training, load_checked, naming_the_checkpoint
-from .checkpoint_errors import DictionaryMismatchError
-from .models.task_check import check_arch_when_parsed, checked_text_tasks, text_task_arch_error
+from .integrity.checkpoint_checks import finished_training, load_checked, naming_the_checkpoint
+from .integrity.checkpoint_errors import DictionaryMismatchError
+from .integrity.task_check import check_arch_when_parsed, checked_text_tasks, text_task_arch_error
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Registering the package's fairseq components when fairseq is imported, so that the torch-only parts never import it.
 
-The registering subpackages (``REGISTERING``: criterions, models, LR scheduler and tasks) and ``fairseq_patches``
+The registering modules (``REGISTERING``: the transducer's criterion, model and task, the text models, the LR
+scheduler) and ``fairseq_patches``
 (the fairseq functions the package replaces, applied by ``register()``) import fairseq, which costs seconds;
-``ssm_fairseq.ssm`` and ``ssm_fairseq.modules`` need torch only. Python runs ``ssm_fairseq/__init__.py`` before any
+``ssm_fairseq.ssm`` and ``ssm_fairseq.layers`` need torch only. Python runs ``ssm_fairseq/__init__.py`` before any
 submodule, so the package cannot import them eagerly. ``arm()``, called by
 ``__init__``, registers at once when fairseq is already imported (``fairseq-train --user-dir``, ``import fairseq``
 first), and otherwise puts ``_RegisterWithFairseq`` at the front of ``sys.meta_path``: it lets the other finders find
@@ -11,7 +12,8 @@ module has finished executing (fairseq's ``__init__`` fills its registries) and 
 start and finish executing. Registration runs as soon as fairseq is complete and none of this package's modules is
 half-executed: inside ``import fairseq`` when that is what imported it, or at the end of the outermost of our modules
 whose import imported fairseq (``from ssm_fairseq.transcribe import ...``, every ``ssm-*`` command). Registering in
-the middle of such a module would import it again half-executed (``tasks`` importing ``checkpoint_checks`` while
+the middle of such a module would import it again half-executed (``asr.transducer.task`` importing
+``checkpoint_checks`` while
 ``checkpoint_checks`` imports fairseq: a circular-import error). Either way registration is complete before the
 import statement that loaded fairseq returns, so nothing that reads fairseq's registries can run before it.
 
@@ -29,7 +31,7 @@ from types import ModuleType
 from typing import Callable, Sequence
 
 PACKAGE = __name__.rpartition(".")[0]
-REGISTERING = ("criterions", "models", "optim", "tasks")
+REGISTERING = ("asr.transducer.criterion", "asr.transducer.model", "text", "optim", "asr.transducer.task")
 PATCHES = "fairseq_patches"
 
 

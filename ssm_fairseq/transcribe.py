@@ -9,7 +9,7 @@
 import sys
 
 from .asr.checkpoint import load_checkpoint
-from .asr.features import PER_FRAME_TRANSFORMS
+from .asr.features.transforms import PER_FRAME_TRANSFORMS
 from .asr.options import DEFAULT_MAX_TOKENS, PRECISIONS
 from .asr.recognizer import Recognizer, transcribe
 from .asr.transcripts import InputError, TimedTranscript, timed_words_json

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from ssm_fairseq.modules import recompute
-from ssm_fairseq.modules.dropout import LeanDropout
-from ssm_fairseq.modules.local_attention import LocalAttention
-from ssm_fairseq.modules.spade_layer import SpadeLayer
+from ssm_fairseq.layers import recompute
+from ssm_fairseq.layers.dropout import LeanDropout
+from ssm_fairseq.layers.attention.local_attention import LocalAttention
+from ssm_fairseq.layers.spade_layer import SpadeLayer
 
 
 def kept_for_backward(run) -> list[torch.Tensor]:
@@ -110,8 +110,8 @@ def test_mssm_stages_keep_only_their_inputs(monkeypatch, chunked):
     """Each stage of the MSSM block (convolution, gating, dropout) of a long sequence is recomputed on a CPU (here from
     the shortest length), whichever way it is convolved: what autograd keeps is the stage inputs and the linears'
     inputs, all ``B x L x D``, nothing ``B x C x D x L``."""
-    from ssm_fairseq.modules import multihead_ssm
-    from ssm_fairseq.modules.bidirectional_ssm import BidirectionalSSM
+    from ssm_fairseq.layers import multihead_ssm
+    from ssm_fairseq.layers.state_space.bidirectional_ssm import BidirectionalSSM
     from ssm_fairseq.ssm import batched_kernels
 
     monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)

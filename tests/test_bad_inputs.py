@@ -20,7 +20,7 @@ import torch
 from cli import BIN, REPO, run_ok
 from librispeech_fixture import write_fixture
 from test_librispeech_recipe import TINY_MODEL, _recipe_env
-from ssm_fairseq.tasks.feature_check import non_finite_utterances
+from ssm_fairseq.integrity.feature_check import non_finite_utterances
 from transducer_cases import SMALL, build, random_sample
 
 pytestmark = pytest.mark.slow

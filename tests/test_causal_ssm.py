@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssm_fairseq.modules.causal_ssm import CausalSSM
+from ssm_fairseq.layers.state_space.causal_ssm import CausalSSM
 
 
 def stepped(layer: CausalSSM, x: torch.Tensor) -> torch.Tensor:

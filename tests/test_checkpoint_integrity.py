@@ -1,4 +1,4 @@
-"""Checkpoints are checked before anything uses them (``ssm_fairseq.checkpoint_checks``).
+"""Checkpoints are checked before anything uses them (``ssm_fairseq.integrity.checkpoint_checks``).
 
 Damaged bytes (the zip's CRC), NaN weights, a dictionary other than the one trained with, features other than those
 trained on (CMVN, global CMVN statistics) and a resumed run with other architecture flags each stop
@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from ssm_fairseq.checkpoint_checks import CheckpointError, DictionaryMismatchError, FeatureMismatchError, \
+from ssm_fairseq.integrity.checkpoint_checks import CheckpointError, DictionaryMismatchError, FeatureMismatchError, \
     config_differences, first_non_finite_parameter
 from ssm_fairseq.transcribe import Transcriber
 

@@ -1,5 +1,5 @@
 """Text models keep their dictionaries' digests with the weights and refuse weights trained with other dictionaries
-(``ssm_fairseq/models/dictionary_digest.py``), also through fairseq's commands."""
+(``ssm_fairseq/integrity/dictionary_digest.py``), also through fairseq's commands."""
 from __future__ import annotations
 
 import logging
@@ -15,8 +15,8 @@ import spade_cases
 import test_mssm_roberta
 import test_spade_transformer
 from cli import BIN, REPO, run_ok
-from ssm_fairseq.checkpoint_checks import DictionaryMismatchError
-from ssm_fairseq.models.dictionary_digest import dictionary_digest
+from ssm_fairseq.integrity.checkpoint_checks import DictionaryMismatchError
+from ssm_fairseq.integrity.dictionary_digest import dictionary_digest
 
 torch.set_num_threads(2)
 

@@ -6,11 +6,11 @@ import itertools
 import pytest
 import torch
 
-from ssm_fairseq.modules.bidirectional_ssm import BidirectionalSSM
-from ssm_fairseq.modules.encoder_layer import LAYER_TYPES, LayerConfig
-from ssm_fairseq.modules.multihead_ssm import MultiHeadSSM
-from ssm_fairseq.modules.speech_encoder import SpeechEncoder
-from ssm_fairseq.modules.subsampling import SUBSAMPLERS, ConvSubsampler, time_reduction
+from ssm_fairseq.layers.state_space.bidirectional_ssm import BidirectionalSSM
+from ssm_fairseq.layers.encoder_layer import LAYER_TYPES, LayerConfig
+from ssm_fairseq.layers.state_space.multihead_ssm import MultiHeadSSM
+from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
+from ssm_fairseq.asr.encoder.subsampling import SUBSAMPLERS, ConvSubsampler, time_reduction
 from ssm_fairseq.ssm import MSSMKernel
 
 SMALL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4,
@@ -205,7 +205,7 @@ def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernel
     """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage
     recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding
     included (here from the shortest length)."""
-    from ssm_fairseq.modules import multihead_ssm, recompute
+    from ssm_fairseq.layers import multihead_ssm, recompute
     from ssm_fairseq.ssm import batched_kernels
     from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
 

@@ -21,8 +21,8 @@ from fairseq.tasks import TASK_REGISTRY
 from fairseq.trainer import Trainer
 
 from ssm_fairseq import fairseq_patches
-from ssm_fairseq.checkpoint_checks import is_unreadable_file_error
-from ssm_fairseq.checkpoint_errors import DictionaryMismatchError
+from ssm_fairseq.integrity.checkpoint_checks import is_unreadable_file_error
+from ssm_fairseq.integrity.checkpoint_errors import DictionaryMismatchError
 from ssm_fairseq.fairseq_patches import PATCH_MARK, Patch, patches
 
 from test_package import run_in_repo

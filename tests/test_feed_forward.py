@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssm_fairseq.modules.feed_forward import ACTIVATIONS, DROPPED, FeedForward, _activation_backward
+from ssm_fairseq.layers.feed_forward import ACTIVATIONS, DROPPED, FeedForward, _activation_backward
 
 
 def plain_autograd(ffn: FeedForward, x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tensor:

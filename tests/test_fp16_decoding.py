@@ -16,8 +16,8 @@ import torch
 import transducer_cases
 from cli import BIN, run_ok
 from librispeech_fixture import TRANSCRIPTS, write_fixture
-from ssm_fairseq.generation import TransducerGenerator
-from ssm_fairseq.generation.hypothesis import joint_log_probs, start_predictor
+from ssm_fairseq.asr.search import TransducerGenerator
+from ssm_fairseq.asr.search.hypothesis import joint_log_probs, start_predictor
 from test_librispeech_recipe import TINY_MODEL
 
 pytestmark = pytest.mark.slow

@@ -110,7 +110,7 @@ def test_no_import_cycle_among_the_package_modules():
 
 def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path):
     """Two modules importing each other, one of them inside a function (as transcribe.py and
-    streaming/transcriber.py did), and a relative ``from .. import module``: found; an import for type checkers
+    asr/streaming_transcriber.py did), and a relative ``from .. import module``: found; an import for type checkers
     only is no edge, an import of ``pkg.sub.b`` is one to ``pkg.sub`` too."""
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)

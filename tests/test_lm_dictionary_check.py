@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssm_fairseq.generation.language_model_check import check_language_model, load_language_model, \
+from ssm_fairseq.integrity.language_model_check import check_language_model, load_language_model, \
     vocabulary_size
-from ssm_fairseq.generation.lm_fusion import LanguageModelMismatchError
+from ssm_fairseq.asr.search.lm_fusion import LanguageModelMismatchError
 from ssm_fairseq.transcribe import Transcriber
 
 from cli import BIN, REPO, run_ok

@@ -10,7 +10,7 @@ from spade_cases import SMALL, build
 from ssm_fairseq.cli import lm_distance_perplexity
 from ssm_fairseq.cli.bucketed_perplexity import BucketLoss
 from ssm_fairseq.cli.lm_distance_perplexity import BUCKETS, distance_buckets, table, token_nll
-from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
+from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
 
 def test_buckets_count_back_within_what_the_block_sees():

@@ -10,8 +10,8 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 
-from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
-from ssm_fairseq.generation.lm_fusion import LanguageModelFusion, LanguageModelMismatchError, \
+from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search.lm_fusion import LanguageModelFusion, LanguageModelMismatchError, \
     LanguageModelWeightError, NotALanguageModelError, check_same_units
 
 from spade_cases import SMALL, build

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ssm_fairseq.modules.local_attention import LocalAttention
-from ssm_fairseq.modules.relative_position import RelativePositionBias
+from ssm_fairseq.layers.attention.local_attention import LocalAttention
+from ssm_fairseq.layers.attention.relative_position import RelativePositionBias
 
 MODES_CAUSAL = list(itertools.product(["window", "chunk"], [False, True]))
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from ssm_fairseq.tasks.manifest_check import check_manifest
+from ssm_fairseq.integrity.manifest_check import check_manifest
 
 HEADER = "id\taudio\tn_frames\ttgt_text\tspeaker\n"
 
@@ -90,7 +90,7 @@ def test_a_moved_data_directory_reads_the_features_beside_its_config(tmp_path, c
     """``config.yaml``'s ``audio_root`` is read relative to the data directory (``.``, as ``ssm-prepare-librispeech``
     writes it, from any working directory); an absolute one that no longer exists (a directory prepared by an earlier
     release, then moved) falls back to the data directory, with a warning. fairseq's own config reads neither."""
-    from ssm_fairseq.data_config import DataDirectoryConfig
+    from ssm_fairseq.asr.transducer.data_config import DataDirectoryConfig
 
     relative = tmp_path / "relative"
     write_split(relative, GOOD, audio_root=".")

@@ -16,8 +16,8 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from omegaconf import OmegaConf
 
-from ssm_fairseq.models import mssm_roberta
-from ssm_fairseq.models.mssm_roberta import MaskedLMConfig, MaskedSSMLanguageModel
+from ssm_fairseq.text import mssm_roberta
+from ssm_fairseq.text.mssm_roberta import MaskedLMConfig, MaskedSSMLanguageModel
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,

@@ -1,5 +1,5 @@
 """The speech task's decoder of hypotheses and references: pieces or already-decoded text."""
-from ssm_fairseq.tasks.speech_transducer import PiecesOrTextDecoder
+from ssm_fairseq.asr.transducer.task import PiecesOrTextDecoder
 
 
 class SentencePieceLike:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ssm_fairseq.cli import plot_kernels
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 
 
 def test_head_curves_are_the_layers_own_kernels_averaged_per_head():

@@ -114,7 +114,7 @@ def test_other_rates_and_channels_are_resampled_and_downmixed(tmp_path, caplog):
     import torch
     import torchaudio.functional
 
-    from ssm_fairseq.audio_features import log_mel_filterbank
+    from ssm_fairseq.asr.features.audio_features import log_mel_filterbank
 
     corpus, out = write_fixture(tmp_path), tmp_path / "data"
     flac = corpus / "test-fixture/26/496/26-496-0000.flac"
@@ -150,7 +150,7 @@ def test_an_utterance_id_used_in_two_chapters_is_refused_naming_both(tmp_path, c
 
 
 def test_a_replaced_recording_is_featurised_again(tmp_path):
-    from ssm_fairseq.audio_features import filterbank_features
+    from ssm_fairseq.asr.features.audio_features import filterbank_features
 
     corpus, out = write_fixture(tmp_path), tmp_path / "data"
     assert run(corpus, out) == 0
@@ -254,7 +254,7 @@ def test_global_cmvn_statistics_of_the_training_subsets_in_the_config(tmp_path, 
     from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
     from fairseq.data.audio.feature_transforms.global_cmvn import GlobalCMVN
 
-    from ssm_fairseq.data_config import DataDirectoryConfig
+    from ssm_fairseq.asr.transducer.data_config import DataDirectoryConfig
 
     corpus, out = write_fixture(tmp_path), tmp_path / "data"
     assert run(corpus, out, "--cmvn", "global") == 0

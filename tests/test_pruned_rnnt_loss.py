@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from ssm_fairseq.modules.joiner import Joiner
-from ssm_fairseq.modules.pruned_rnnt_loss import (
+from ssm_fairseq.asr.transducer.joiner import Joiner
+from ssm_fairseq.asr.transducer.pruned_rnnt_loss import (
     SimpleJoiner, node_occupation, pruned_rnnt_losses, pruned_transducer_loss, pruning_bounds, simple_lattice,
 )
-from ssm_fairseq.modules.rnnt_loss import rnnt_loss
+from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss
 from toy_transducer import BLANK, ToyTransducer, full_loss, train, utterances
 
 TWO_LABEL_WORDS = [(4, 5), (6, 7), (8, 4), (5, 8)]

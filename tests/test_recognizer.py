@@ -7,7 +7,7 @@ import pytest
 
 import ssm_fairseq.asr as asr
 import ssm_fairseq.cli.transcribe as cli
-import ssm_fairseq.streaming.transcriber as streaming
+import ssm_fairseq.asr.streaming_transcriber as streaming
 import ssm_fairseq.transcribe as earlier
 from ssm_fairseq.asr.options import DEFAULT_MAX_TOKENS, DecodingOptions
 

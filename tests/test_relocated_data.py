@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ssm_fairseq.checkpoint_checks import DictionaryMismatchError
+from ssm_fairseq.integrity.checkpoint_checks import DictionaryMismatchError
 from ssm_fairseq.transcribe import Transcriber
 
 from cli import BIN, run_ok

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from ssm_fairseq.modules import rnnt_loss as rnnt
-from ssm_fairseq.modules.joiner import Joiner
-from ssm_fairseq.modules.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
+from ssm_fairseq.layers import rnnt_loss as rnnt
+from ssm_fairseq.asr.transducer.joiner import Joiner
+from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
 
 needs_torchaudio = pytest.mark.skipif(not torchaudio_rnnt_available(), reason="torchaudio rnnt_loss does not import")
 BACKENDS = ["pytorch", pytest.param("torchaudio", marks=needs_torchaudio)]

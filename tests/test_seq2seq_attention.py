@@ -7,7 +7,7 @@ import torch
 
 import test_spade_transformer
 from ssm_fairseq.cli.seq2seq_attention import attention_on_copies, encoder_spread
-from ssm_fairseq.modules.cross_attention import CrossAttention
+from ssm_fairseq.layers.attention.cross_attention import CrossAttention
 
 torch.set_num_threads(2)
 

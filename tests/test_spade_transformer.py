@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from cli import BIN, run_ok
-from ssm_fairseq.models import spade_transformer
-from ssm_fairseq.models.spade_transformer import SpadeTransformerConfig, SpadeTransformerModel
-from ssm_fairseq.modules.relative_position import relative_position_bucket
-from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed
+from ssm_fairseq.text import spade_transformer
+from ssm_fairseq.text.spade_transformer import SpadeTransformerConfig, SpadeTransformerModel
+from ssm_fairseq.layers.attention.relative_position import relative_position_bucket
+from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed
 
 TINY = dict(embed_dim=32, ffn_embed_dim=64, attention_heads=4, encoder_layers=2, decoder_layers=2,
             attention_window=8, ssm_state_size=8, max_source_positions=256, max_target_positions=256, dropout=0.0)

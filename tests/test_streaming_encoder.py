@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssm_fairseq.generation.beam_search import BeamSearch, beam_search
-from ssm_fairseq.generation.greedy_search import GreedySearch, greedy_search
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
-from ssm_fairseq.modules.speech_encoder import SpeechEncoder
+from ssm_fairseq.asr.search.beam_search import BeamSearch, beam_search
+from ssm_fairseq.asr.search.greedy_search import GreedySearch, greedy_search
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
 from transducer_cases import SMALL, build
 
 torch.set_num_threads(2)

@@ -1,4 +1,4 @@
-"""ssm_fairseq.streaming.filterbank: chunk-by-chunk filterbanks equal the offline ones.
+"""ssm_fairseq.asr.features.filterbank: chunk-by-chunk filterbanks equal the offline ones.
 
 Compared to 1e-5 (absolute, on log energies of about -15..25), not bit for bit: the mel projection inside
 torchaudio's ``fbank`` is one matrix product over all the frames of a call, and the BLAS kernel (hence the float32
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ssm_fairseq.audio_features import log_mel_filterbank
-from ssm_fairseq.streaming.filterbank import StreamingFilterbank
+from ssm_fairseq.asr.features.audio_features import log_mel_filterbank
+from ssm_fairseq.asr.features.filterbank import StreamingFilterbank
 
 torch.set_num_threads(1)
 TOLERANCE = 1e-5

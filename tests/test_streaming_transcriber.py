@@ -20,10 +20,10 @@ import yaml
 from fairseq.data.audio.data_cfg import S2TDataConfig
 
 from ssm_fairseq.asr import Recognizer
-from ssm_fairseq.asr.features import NonFiniteFeaturesError
-from ssm_fairseq.audio_features import AudioError
-from ssm_fairseq.checkpoint_checks import FeatureMismatchError, feature_fingerprint
-from ssm_fairseq.streaming.transcriber import (ConcurrentCallError, SampleRangeError, StreamingTranscriber,
+from ssm_fairseq.asr.features.transforms import NonFiniteFeaturesError
+from ssm_fairseq.asr.features.audio_features import AudioError
+from ssm_fairseq.integrity.checkpoint_checks import FeatureMismatchError, feature_fingerprint
+from ssm_fairseq.asr.streaming_transcriber import (ConcurrentCallError, SampleRangeError, StreamingTranscriber,
                                                StreamInProgressError)
 from ssm_fairseq.transcribe import PRECISIONS, InputError, Transcriber
 from ssm_fairseq.transcribe import main as transcribe_main
@@ -351,7 +351,7 @@ def test_stream_file_logs_a_conversion_to_16khz_mono(causal, tmp_path, caplog):
     stereo = tmp_path / "stereo.flac"
     sf.write(stereo, np.stack([samples, samples], axis=1), rate)
     stream = StreamingTranscriber(checkpoint, device="cpu", **SEARCHES["greedy"])
-    with caplog.at_level(logging.INFO, logger="ssm_fairseq.streaming"):
+    with caplog.at_level(logging.INFO, logger="ssm_fairseq.asr"):
         assert stream.stream_file(stereo, 320).text == stream.stream_file(files[0], 320).text
-    assert [r.getMessage() for r in caplog.records if r.name == "ssm_fairseq.streaming"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "ssm_fairseq.asr"] == [
         f"{stereo}: not 16 kHz mono: 2 channels downmixed (to 16 kHz mono)"]

@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 import spade_cases
 import transducer_cases
 from cli import BIN, REPO
-from ssm_fairseq.models.mssm_roberta import MaskedSSMLanguageModel
-from ssm_fairseq.models.spade_lm import SpadeLanguageModel
-from ssm_fairseq.models.transducer import TransducerModel
-from ssm_fairseq.tasks.speech_transducer import SpeechTransducerTask
+from ssm_fairseq.text.mssm_roberta import MaskedSSMLanguageModel
+from ssm_fairseq.text.spade_lm import SpadeLanguageModel
+from ssm_fairseq.asr.transducer.model import TransducerModel
+from ssm_fairseq.asr.transducer.task import SpeechTransducerTask
 from test_mssm_roberta import TINY, build as build_masked_lm
 
 

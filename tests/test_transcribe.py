@@ -21,8 +21,8 @@ import torch
 from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
-from ssm_fairseq.audio_features import audio_frames
-from ssm_fairseq.generation.word_timestamps import word_timestamps
+from ssm_fairseq.asr.features.audio_features import audio_frames
+from ssm_fairseq.asr.search.word_timestamps import word_timestamps
 from ssm_fairseq.transcribe import PRECISIONS, InputError, TimedTranscript, Transcriber, timed_words_json, transcribe
 from ssm_fairseq.transcribe import main as transcribe_main
 

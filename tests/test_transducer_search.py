@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ssm_fairseq.generation import beam_search, greedy_search
-from ssm_fairseq.modules.joiner import Joiner
-from ssm_fairseq.modules.predictor import Predictor
-from ssm_fairseq.modules.rnnt_loss import rnnt_loss
+from ssm_fairseq.asr.search import beam_search, greedy_search
+from ssm_fairseq.asr.transducer.joiner import Joiner
+from ssm_fairseq.asr.transducer.predictor import Predictor
+from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss
 
 ENCODER_DIM = 6
 

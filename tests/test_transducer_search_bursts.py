@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
 from toy_transducer import BLANK, FIRST_LABEL, VOCAB, ToyTransducer, full_loss, train, utterances
 
 

@@ -1,4 +1,5 @@
-"""SentencePiece models are fingerprinted by what they encode and decode with (``ssm_fairseq.vocabulary_fingerprint``):
+"""SentencePiece models are fingerprinted by what they encode and decode with
+(``ssm_fairseq.integrity.vocabulary_fingerprint``):
 a preparation repeated in another directory matches the first, a changed score or normalization does not, and the
 byte digests of checkpoints saved before content digests still match."""
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from librispeech_fixture import write_fixture
-from ssm_fairseq.checkpoint_checks import config_differences, dictionary_fingerprint, fingerprint_differences
-from ssm_fairseq.vocabulary_fingerprint import sentencepiece_content_sha256
+from ssm_fairseq.integrity.checkpoint_checks import config_differences, dictionary_fingerprint, fingerprint_differences
+from ssm_fairseq.integrity.vocabulary_fingerprint import sentencepiece_content_sha256
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import prepare_librispeech  # noqa: E402

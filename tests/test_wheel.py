@@ -69,7 +69,7 @@ def test_the_wheel_is_imported_and_names_its_user_dir(installed):
                "ssm_fairseq.cli.prepare_librispeech; "
                "[print(m.__file__) for name, m in sys.modules.items() if name.split('.')[0] == 'ssm_fairseq']")
     files = [Path(line) for line in run_in(outside, [str(BIN / "python"), "-c", imports], env).splitlines()]
-    assert len(files) > 20 and Path(site / "ssm_fairseq/models/transducer.py") in files
+    assert len(files) > 20 and Path(site / "ssm_fairseq/asr/transducer/model.py") in files
     assert [file for file in files if not file.is_relative_to(site)] == [], f"modules not imported from {site}"
     user_dir = run_in(outside, [str(BIN / "python"), "-m", "ssm_fairseq.user_dir"], env).strip()
     assert user_dir == str(site / "ssm_fairseq")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ssm_fairseq.generation.word_timestamps import TimedWord, word_timestamps
+from ssm_fairseq.asr.search.word_timestamps import TimedWord, word_timestamps
 
 B = "\u2581"  # SentencePiece's word boundary
 

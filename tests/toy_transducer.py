@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssm_fairseq.modules.joiner import Joiner
-from ssm_fairseq.modules.predictor import Predictor
-from ssm_fairseq.modules.rnnt_loss import rnnt_loss
+from ssm_fairseq.asr.transducer.joiner import Joiner
+from ssm_fairseq.asr.transducer.predictor import Predictor
+from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss
 
 BLANK, FIRST_LABEL, VOCAB = 0, 4, 9  # fairseq's Dictionary: <s> (the blank), <pad>, </s>, <unk>, then 5 labels
 WORDS = [(4, 5, 6, 7, 8), (8, 7, 6, 5, 4), (5, 7, 4, 8, 6)]  # five-label bursts

@@ -8,14 +8,14 @@ scores higher); one label per frame is icefall's "modified beam search". Then sp
 (by default the one ``make demo`` leaves) and an evaluation subset, every utterance is decoded (encoder + search)
 with
 
-* ours: greedy, beam 4, modified beam 4 (one label per frame) and beam 8 (``ssm_fairseq.generation``), batched
+* ours: greedy, beam 4, modified beam 4 (one label per frame) and beam 8 (``ssm_fairseq.asr.search``), batched
   (all utterances of a ``--max-tokens`` batch at once, as ``fairseq-generate`` does) and one utterance at a time;
 * torchaudio: ``torchaudio.models.RNNTBeamSearch`` (one utterance at a time, as it works) at beam 4,
   given the same model through torchaudio's ``transcribe``/``predict``/``join`` interface, with our default
   limit of labels per frame and our default ranking (length normalised).
 
 With ``--lm-path LM.pt --lm-weight W`` the speed table adds our batched greedy, beam 4 and modified beam 4 fused
-with that language model (shallow fusion, ``ssm_fairseq.generation.lm_fusion``; the LM loaded as
+with that language model (shallow fusion, ``ssm_fairseq.asr.search.lm_fusion``; the LM loaded as
 ``fairseq-generate --lm-path`` loads it, with the data directory's ``dict.txt``).
 
 RTF = decoding seconds / audio seconds (10 ms feature frames); lower is faster. WER is printed alongside so that
@@ -35,9 +35,9 @@ from measurement import add_measurement_arguments, in_subprocess, measure
 
 import ssm_fairseq  # noqa: F401  (registers the task and model)
 from fairseq import checkpoint_utils
-from ssm_fairseq.generation import TransducerGenerator, beam_search, greedy_search
-from ssm_fairseq.generation.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ssm_fairseq.generation.language_model_check import load_language_model
+from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ssm_fairseq.integrity.language_model_check import load_language_model
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHECKPOINT = REPO / "exp/librispeech_mini/checkpoints/mssm_transducer/checkpoint_avg3.pt"

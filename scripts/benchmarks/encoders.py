@@ -23,9 +23,9 @@ import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from measurement import add_measurement_arguments, child, in_subprocess, measure
-from ssm_fairseq.models.transducer import TransducerConfig, TransducerModel
-from ssm_fairseq.modules.encoder_layer import LayerConfig
-from ssm_fairseq.modules.speech_encoder import SpeechEncoder
+from ssm_fairseq.asr.transducer.model import TransducerConfig, TransducerModel
+from ssm_fairseq.layers.encoder_layer import LayerConfig
+from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
 
 FRAMES_PER_SECOND = 100
 

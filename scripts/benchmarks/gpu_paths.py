@@ -36,7 +36,7 @@ import spade_lm
 import spade_seq2seq
 import ssm_vs_attention
 from measurement import measure
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.ssm import batched_kernels, structured_products
 
 GPU_BATCHED = batched_kernels.BATCHED_DEVICES

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Time and peak memory of one masked-LM layer at document lengths: MSSM vs sliding window vs full attention.
 
-Three ``EncoderLayer``s of the masked LM (``ssm_fairseq.models.mssm_roberta``) at width 1024 and FFN 4096, as in
+Three ``EncoderLayer``s of the masked LM (``ssm_fairseq.text.mssm_roberta``) at width 1024 and FFN 4096, as in
 ``mssm_roberta_large``: ``mssm`` (bidirectional MSSM block, 8 heads, ``D_sh`` 32, stack 2), ``local``
 (sliding-window attention, 16 heads, window 256 = 128 keys per side, Table 4's baseline) and ``transformer``
 (full attention through ``scaled_dot_product_attention``, 16 heads). Batch 1, forward+backward, dropout 0 (so
@@ -18,7 +18,7 @@ import json
 import torch
 
 from measurement import add_measurement_arguments, in_subprocess, measure
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 
 LAYERS = {"mssm": "MSSM", "local": "sliding window (256)", "transformer": "full attention"}
 

@@ -6,7 +6,7 @@
         [--batch 1] [--paths cpu batched] [--top 0]
 
 At speech lengths a GPU step costs what it launches, so the operators a step dispatches are the always-available
-proxy of its GPU time (DESIGN.md 3.11). Each workload, one encoder layer (``modules/encoder_layer.py``, the
+proxy of its GPU time (DESIGN.md 3.11). Each workload, one encoder layer (``layers/encoder_layer.py``, the
 transducer's width-512 configuration by default, ``--frames`` frames) or the encoder of a registered transducer
 architecture (``encoders.architecture_encoder``, ``--seconds`` of audio), runs two steps:
 
@@ -39,7 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from encoders import FRAMES_PER_SECOND, architecture_encoder
 from measurement import measure
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.ssm import MSSMKernel, batched_kernels
 
 # operators that launch no computation (besides every view, ``OpOverload.is_view``): aliases, metadata, allocations

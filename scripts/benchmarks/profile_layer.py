@@ -4,7 +4,7 @@
     python scripts/benchmarks/profile_layer.py [--layers mssm stateformer transformer] [--frames 250 750]
         [--batch 1 8] [--width 512] [--device cpu|cuda]
 
-Each layer (``modules/encoder_layer.py``, the transducer's width-512 configuration by default) runs one
+Each layer (``layers/encoder_layer.py``, the transducer's width-512 configuration by default) runs one
 forward+backward after a warm-up under ``torch.profiler``. Forward time is attributed through
 ``record_function`` ranges around the layer's parts (SSM kernel generation, convolution (FFT, or chunk by chunk
 from 2048 frames on a CPU), linears,
@@ -27,11 +27,11 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ssm_fairseq.modules import bidirectional_ssm, multihead_ssm
+from ssm_fairseq.layers import bidirectional_ssm, multihead_ssm
 from ssm_fairseq.ssm import batched_kernels
-from ssm_fairseq.modules.encoder_layer import EncoderLayer, LayerConfig
-from ssm_fairseq.modules.local_attention import LocalAttention
-from ssm_fairseq.modules.self_attention import SelfAttention
+from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
+from ssm_fairseq.layers.attention.local_attention import LocalAttention
+from ssm_fairseq.layers.attention.self_attention import SelfAttention
 from ssm_fairseq.ssm.kernel import SSMKernel
 
 PARTS = ("kernel generation", "convolution", "linears", "attention", "layer norm", "dropout")

@@ -24,9 +24,9 @@ from typing import Callable
 import torch
 from measurement import add_measurement_arguments, in_subprocess, measure
 
-from ssm_fairseq.modules.joiner import Joiner
-from ssm_fairseq.modules.pruned_rnnt_loss import SimpleJoiner, pruned_transducer_loss
-from ssm_fairseq.modules.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
+from ssm_fairseq.asr.transducer.joiner import Joiner
+from ssm_fairseq.asr.transducer.pruned_rnnt_loss import SimpleJoiner, pruned_transducer_loss
+from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
 
 ENCODER_DIM, PREDICTOR_DIM, JOINT_DIM = 512, 512, 1024
 WORKLOADS = {"loss": None, "joiner + loss, sub-batch 0": 0, "joiner + loss, sub-batch 1": 1}

@@ -41,8 +41,8 @@ class _Task:
 
 def build(name: str, length: int):
     if name == "spade_t5_small":
-        from ssm_fairseq.models import spade_transformer
-        from ssm_fairseq.models.spade_transformer import SpadeTransformerConfig, SpadeTransformerModel
+        from ssm_fairseq.text import spade_transformer
+        from ssm_fairseq.text.spade_transformer import SpadeTransformerConfig, SpadeTransformerModel
 
         args = argparse.Namespace(max_source_positions=length, max_target_positions=TARGET + GENERATED)
         spade_transformer.spade_t5_small(args)

@@ -28,8 +28,8 @@ import time
 import torch
 
 from measurement import add_measurement_arguments, peak_memory_mib
-from ssm_fairseq.modules.encoder_layer import LayerConfig
-from ssm_fairseq.modules.speech_encoder import SpeechEncoder
+from ssm_fairseq.layers.encoder_layer import LayerConfig
+from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
 
 FRAMES_PER_SECOND = 100
 

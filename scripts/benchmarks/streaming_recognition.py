@@ -29,8 +29,8 @@ import soundfile as sf
 import torch
 
 from decoding import word_error_rate
-from ssm_fairseq.audio_features import SAMPLE_RATE, to_16k_mono
-from ssm_fairseq.streaming.transcriber import StreamingTranscriber
+from ssm_fairseq.asr.features.audio_features import SAMPLE_RATE, to_16k_mono
+from ssm_fairseq.asr.streaming_transcriber import StreamingTranscriber
 
 
 def utterances(data_dir: Path, corpus_root: Path, subset: str) -> list[tuple[Path, str]]:

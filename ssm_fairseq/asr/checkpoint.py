@@ -7,7 +7,7 @@ from pathlib import Path
 from fairseq import checkpoint_utils
 from fairseq.data.audio.data_cfg import S2TDataConfig
 
-from ..audio_features import NUM_MEL_BINS
+from .features.audio_features import NUM_MEL_BINS
 
 
 def load_checkpoint(checkpoint: Path | str, data_dir: Path | str | None = None, **task_overrides) -> dict:

@@ -18,8 +18,8 @@ import torch
 from fairseq.data import data_utils
 from torch.nn.utils.rnn import pad_sequence
 
-from ..audio_features import AudioError, Conversions, audio_frames
-from ..generation.transducer_generator import NonFiniteScoreError
+from .features.audio_features import AudioError, Conversions, audio_frames
+from .search.transducer_generator import NonFiniteScoreError
 from .transcripts import InputError, TimedTranscript
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ..tasks.speech_transducer import SEARCHES
+from .search.hypothesis import MAX_SYMBOLS_PER_FRAME
+from .transducer.task import SEARCHES
 
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -24,15 +24,15 @@ import torch
 from fairseq import tasks
 from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 
-from ..audio_features import FRAME_SHIFT_SAMPLES, SAMPLE_RATE, AudioError, Conversions, filterbank_features
-from ..checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
-from ..generation.language_model_check import load_language_model
-from ..generation.transducer_generator import TransducerGenerator
-from ..generation.word_timestamps import TimedWord, word_timestamps
-from ..modules.subsampling import subsampling_stride
+from .features.audio_features import FRAME_SHIFT_SAMPLES, SAMPLE_RATE, AudioError, Conversions, filterbank_features
+from ..integrity.checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
+from ..integrity.language_model_check import load_language_model
+from .search.transducer_generator import TransducerGenerator
+from .search.word_timestamps import TimedWord, word_timestamps
+from .encoder.subsampling import subsampling_stride
 from . import offline
 from .checkpoint import load_checkpoint
-from .features import NonFiniteFeaturesError, streaming_transform_problem, transformed
+from .features.transforms import NonFiniteFeaturesError, streaming_transform_problem, transformed
 from .options import PRECISIONS, DecodingOptions, choose_device
 from .stream import Stream
 from .transcripts import TimedTranscript

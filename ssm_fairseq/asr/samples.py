@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 import torch
 
-from ..audio_features import SAMPLE_RATE
+from .features.audio_features import SAMPLE_RATE
 
 
 class SampleRangeError(ValueError):

@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Callable, Hashable
 import numpy as np
 import torch
 
-from ..audio_features import SAMPLE_RATE, AudioError, read_16k_mono
-from ..streaming.filterbank import StreamingFilterbank
-from .features import NonFiniteFeaturesError
+from .features.audio_features import SAMPLE_RATE, AudioError, read_16k_mono
+from .features.filterbank import StreamingFilterbank
+from .features.transforms import NonFiniteFeaturesError
 from .samples import check_sample_range, chunk_samples
 from .transcripts import TimedTranscript
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
 
-logger = logging.getLogger("ssm_fairseq.streaming")  # the name streaming's log lines have always had
+logger = logging.getLogger("ssm_fairseq.asr")  # the name streaming's log lines have always had
 
 PartialCallback = Callable[[float, str], None]
 

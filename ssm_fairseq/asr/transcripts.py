@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple, Sequence
 
-from ..generation.word_timestamps import TimedWord
+from .search.word_timestamps import TimedWord
 
 
 class TimedTranscript(NamedTuple):

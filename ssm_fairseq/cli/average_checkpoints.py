@@ -2,7 +2,8 @@
 
 The result keeps the configuration of the newest checkpoint, so ``fairseq-generate --path`` loads it like any
 other. fairseq 0.12's own ``scripts/average_checkpoints.py`` is not part of its pip package, so this is ours.
-Every checkpoint is checked as it is read (``ssm_fairseq.checkpoint_checks``: CRCs, finite weights); checkpoints of
+Every checkpoint is checked as it is read (``ssm_fairseq.integrity.checkpoint_checks``: CRCs, finite weights);
+checkpoints of
 different model configurations (architecture fields, dictionary files: ``config_differences``) or parameter shapes
 are refused naming both files. So is an ``--output`` that is one of the inputs or has a name that fairseq-train writes
 or resumes from in its checkpoint directory (``checkpoint_last.pt``, ``checkpoint_best.pt``, ``checkpointN.pt``,
@@ -29,7 +30,7 @@ from omegaconf import OmegaConf
 
 import ssm_fairseq  # noqa: F401  (allow-lists what our tasks' checkpoints hold)
 from ssm_fairseq.atomic_files import replacing
-from ssm_fairseq.checkpoint_checks import config_differences
+from ssm_fairseq.integrity.checkpoint_checks import config_differences
 
 logger = logging.getLogger("average_checkpoints")
 # the file names fairseq's checkpoint_utils writes or reads in --save-dir (any --checkpoint-suffix or shard suffix

@@ -21,7 +21,8 @@ predicted from ``</s>``), so every token is scored once and the overall perplexi
 REGEX`` reports only the tokens whose word matches (``re.fullmatch``; the models still read every token), to follow
 one kind of word, such as names. Checkpoints given under one name (the seeds of one model) make one row: each
 perplexity's mean (min-max) over them. ``--ablate-ssm`` adds, below every model with SSM sub-layers, a row with the
-same weights and those sub-layers' outputs zeroed (``ssm_fairseq.modules.ssm_ablation``). Prints a markdown table;
+same weights and those sub-layers' outputs zeroed (``ssm_fairseq.layers.state_space.ssm_ablation``). Prints a markdown
+table;
 a checkpoint that does not load, or a split without tokens, stops the run.
 """
 from __future__ import annotations
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tokens-per-sample and --batch-size must be positive")
     named = named_checkpoints(parser, args.checkpoint)
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
-    from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
+    from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
     device = torch.device(args.device)
     loaded = {name: [load(path, args.data_bin, device) for path in paths] for name, paths in named.items()}

@@ -20,7 +20,8 @@ or a random token, not the word):
 
 Besides the models, the table has a ``unigram`` row (training-split token frequencies, add-one smoothed, no
 context: what a model that has learned only which tokens are frequent scores), and with ``--ablate-ssm`` a row
-below every model with SSM sub-layers with those sub-layers' outputs zeroed (``ssm_fairseq.modules.ssm_ablation``).
+below every model with SSM sub-layers with those sub-layers' outputs zeroed
+(``ssm_fairseq.layers.state_space.ssm_ablation``).
 Prints a markdown table; a checkpoint that does not load, or a split without masked tokens, stops the run.
 """
 from __future__ import annotations
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if repeated:
         parser.error(f"--checkpoint: one checkpoint per name, '{repeated[0]}' has {len(named[repeated[0]])}")
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
-    from ssm_fairseq.modules.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
+    from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
     loaded = [(name, *load(paths[0], args.data_bin, args.seed)) for name, paths in named.items()]
     reach = args.reach or next((int(cfg.model.encoder_layers) * int(cfg.model.attention_window)

@@ -5,7 +5,7 @@ Output in ``--out``:
 
 - ``fbank80/SUBSET/UTT.npy``: 80-dim log-Mel filterbanks, 25 ms window, 10 ms shift (``T x 80`` float32),
   computed with torchaudio's Kaldi-compatible ``fbank`` on 16-bit-scaled audio, as fairseq's own recipe does
-  (``ssm_fairseq.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares), and beside it
+  (``ssm_fairseq.asr.features.audio_features``, which ``python -m ssm_fairseq.transcribe`` shares), and beside it
   ``UTT.source``, the stamp of the FLAC it was computed from (path in the corpus, size, modification time);
 - ``SUBSET.tsv``: fairseq's manifest (``id audio n_frames tgt_text speaker``), transcripts lower-cased;
   with ``--combine-train NAME`` also ``NAME.tsv``, every training subset in one manifest (``train-960``);
@@ -15,14 +15,15 @@ Output in ``--out``:
   trained over it (``fairseq-preprocess --srcdict dict.txt``) can be fused into the transducer's search
   (``fairseq-generate --lm-path``, which loads the LM with this directory's ``dict.txt``);
 - ``config.yaml``: paths relative to ``--out`` (``audio_root: .``; the ``speech_transducer`` task reads them
-  relative to the data directory, ``ssm_fairseq.data_config``, so the directory can be moved or copied whole);
+  relative to the data directory, ``ssm_fairseq.asr.transducer.data_config``, so the directory can be moved or copied
+  whole);
   CMVN on every subset, SpecAugment (LibriSpeech "LD" policy) on training subsets unless
   ``--no-specaugment``. ``--cmvn utterance`` (the default): fairseq's ``utterance_cmvn``, each utterance
   normalised by its own mean and std, which needs the whole utterance. ``--cmvn global``: fairseq's
   ``global_cmvn`` with ``gcmvn.npz`` (``mean``, ``std``: ``80`` float32 each), the mean and std of each bin over
   every frame of the training subsets (sums in float64, std floored at ``sqrt(1e-8)`` as fairseq's
   ``cal_gcmvn_stats`` does), named as ``gcmvn.npz``, relative to the directory: what a streaming model needs, as
-  it normalises each frame as it comes (``ssm_fairseq.streaming.filterbank``).
+  it normalises each frame as it comes (``ssm_fairseq.asr.features.filterbank``).
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
@@ -35,7 +36,7 @@ file and utterance; the run then fails, unless ``--skip-bad`` is given, in which
 out and listed in ``SUBSET.rejected.tsv``.
 
 Re-running into the same ``--out`` with the same inputs leaves the SentencePiece model and dictionary as they are
-(byte for byte; models are compared by content, ``ssm_fairseq.vocabulary_fingerprint``). A run whose model or
+(byte for byte; models are compared by content, ``ssm_fairseq.integrity.vocabulary_fingerprint``). A run whose model or
 dictionary would differ from the ones already there (other training subsets or transcripts, or another
 ``--vocab-size`` than ``config.yaml`` names), which models trained on this directory use, is refused before any
 manifest is written, unless ``--overwrite-vocabulary`` is given. In the same way a run whose ``--cmvn`` differs
@@ -77,11 +78,11 @@ import torch
 import yaml
 
 from ssm_fairseq.atomic_files import replacing
-from ssm_fairseq.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
-from ssm_fairseq.data_config import GLOBAL_CMVN_STATS
-from ssm_fairseq.tasks.manifest_check import npy_shape
+from ssm_fairseq.asr.features.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
+from ssm_fairseq.asr.transducer.data_config import GLOBAL_CMVN_STATS
+from ssm_fairseq.integrity.manifest_check import npy_shape
 from ssm_fairseq.text_files import file_lines, train_sentencepiece_model, utf8
-from ssm_fairseq.vocabulary_fingerprint import same_sentencepiece_model
+from ssm_fairseq.integrity.vocabulary_fingerprint import same_sentencepiece_model
 
 logger = logging.getLogger("prepare_librispeech")
 
@@ -471,7 +472,8 @@ def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUG
                  global_cmvn: bool = False) -> None:
     """``config.yaml``, written atomically; ``time_mask_width`` None: no SpecAugment; ``global_cmvn``: global CMVN
     with ``gcmvn.npz``, else utterance CMVN. Paths are relative to ``out`` (``audio_root: .``), which the
-    ``speech_transducer`` task resolves against the data directory (``ssm_fairseq.data_config``), so it can move."""
+    ``speech_transducer`` task resolves against the data directory (``ssm_fairseq.asr.transducer.data_config``), so it
+    can move."""
     cmvn = "global_cmvn" if global_cmvn else "utterance_cmvn"
     config = {
         "input_feat_per_channel": 80,

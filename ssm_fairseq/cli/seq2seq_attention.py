@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..modules.cross_attention import CrossAttention
+from ..layers.attention.cross_attention import CrossAttention
 
 logger = logging.getLogger("seq2seq_attention")
 

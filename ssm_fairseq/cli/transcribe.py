@@ -1,4 +1,5 @@
-"""``ssm-transcribe``: audio files -> text with a trained transducer checkpoint, decoded as ``fairseq-generate`` decodes.
+"""``ssm-transcribe``: audio files -> text with a trained transducer checkpoint, decoded as ``fairseq-generate``
+decodes.
 
     ssm-transcribe --checkpoint exp/librispeech/checkpoints/mssm_transducer/checkpoint_avg10.pt a.flac b.wav ...
 
@@ -12,17 +13,19 @@ of the file, rounded to 0.01)::
     a.flac<TAB>HELLO WORLD<TAB>[["HELLO", 0.32, 0.6], ["WORLD", 0.64, 1.04]]
 
 (JSON escapes any tab or line break, so a line splits on its first two tabs). A word's times are those of the
-encoder frames at which the search emitted its first and last units (``ssm_fairseq.generation.word_timestamps``):
+encoder frames at which the search emitted its first and last units (``ssm_fairseq.asr.search.word_timestamps``):
 when the model decided on the word, which may lag the sound.
 
 The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
 directory and ``config.yaml`` (``--data-dir`` replaces it when the checkpoint has moved machines); features are
-those of training (``ssm_fairseq.audio_features``, then the config's transforms for evaluation splits), and files
+those of training (``ssm_fairseq.asr.features.audio_features``, then the config's transforms for evaluation splits),
+and files
 are batched and decoded as ``fairseq-generate`` batches a manifest (``ssm_fairseq.asr.offline``), with the units
 joined into words as ``--post-process sentencepiece`` joins them. Every file is checked before decoding: missing,
 unreadable, empty or too long ones are all named in one error, and none is skipped. File names holding a tab or a
 line break are refused (they would break the ``PATH<TAB>transcript`` lines). The checkpoint is checked as
-fairseq-generate checks it (``ssm_fairseq.checkpoint_checks``). From Python, use ``ssm_fairseq.asr.Recognizer``.
+fairseq-generate checks it (``ssm_fairseq.integrity.checkpoint_checks``). From Python, use
+``ssm_fairseq.asr.Recognizer``.
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ from ..asr.options import DEFAULT_MAX_TOKENS, DecodingOptions
 from ..asr.recognizer import Recognizer
 from ..asr.samples import chunk_samples
 from ..asr.transcripts import InputError, TimedTranscript, timed_words_json
-from ..generation.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ..tasks.speech_transducer import SEARCHES
+from ..asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
+from ..asr.transducer.task import SEARCHES
 
 logger = logging.getLogger("ssm_fairseq.transcribe")
 

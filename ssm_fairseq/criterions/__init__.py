@@ -1,2 +1,0 @@
-"""fairseq criterions: importing this registers them."""
-from . import transducer  # noqa: F401

@@ -1,0 +1,75 @@
+"""The bidirectional SSM block (MSSM paper Eq. 10)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ...ssm.batched_kernels import layer_kernels
+from ...ssm.chunked_conv import DiagonalSystem
+from ...ssm.fft_conv import two_way_fft_conv
+from .multihead_ssm import MultiHeadSSM
+
+
+class BidirectionalSSM(nn.Module):
+    """``Linear(Cat[MSSM(x), Rev(MSSM(Rev(x)))])``: ``B x L x D -> B x L x D``.
+
+    Two independent stacked multi-head SSMs, one causal and one anti-causal, each without its last Linear
+    (their activations are the ``Act`` of Eq. 10), concatenated and projected from ``2D`` back to ``D``. On a
+    GPU the kernels of both directions are generated in one call (``ssm.batched_kernels``). Each stage of both
+    directions is one convolution (``two_way_fft_conv``: one FFT pair over the ``2D`` channels), except where a
+    direction runs its own way (kernels convolved chunk by chunk, or stages recomputed: at document lengths on a
+    CPU). The directions keep their own modules and parameters: they are merged at compute time only.
+    Arguments as in ``MultiHeadSSM``. With ``kernel="s4", heads=1, stack=1`` this is the S4-LegS baseline block.
+    """
+
+    def __init__(self, dim: int, **mssm_args):
+        super().__init__()
+        self.forward_ssm = MultiHeadSSM(dim, reverse=False, output_linear=False, **mssm_args)
+        self.backward_ssm = MultiHeadSSM(dim, reverse=True, output_linear=False, **mssm_args)
+        self.out_proj = nn.Linear(2 * dim, dim)
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames."""
+        stages = len(self.forward_ssm.kernels)
+        kernels = layer_kernels([*self.forward_ssm.kernels, *self.backward_ssm.kernels], x.shape[1])
+        forward_kernels, backward_kernels = kernels[:stages], kernels[stages:]
+        if self.forward_ssm.recomputes(x.shape[1]) or any(isinstance(k, DiagonalSystem) for k in kernels):
+            y = torch.cat([self.forward_ssm(x, padding_mask, forward_kernels),
+                           self.backward_ssm(x, padding_mask, backward_kernels)], dim=-1)
+        else:
+            y = self._both_ways(x, padding_mask, forward_kernels, backward_kernels)
+        return self.out_proj(y)
+
+    def _both_ways(self, x: Tensor, padding_mask: Tensor | None, forward_kernels: list,
+                   backward_kernels: list) -> Tensor:
+        """Both directions' stages as one stack on ``B x 2D x L`` (direction-major channels): ``B x L x D`` ->
+        ``B x L x 2D`` (the two directions' activations side by side).
+
+        Each stage is one convolution (``two_way_fft_conv``), one activation and one dropout over both directions
+        (they have the same gating and ``p``), and one batched product for the two directions' Linears (their
+        weights stacked at compute time)."""
+        directions = (self.forward_ssm, self.backward_ssm)
+        B, L, D = x.shape
+        x = x.transpose(1, 2)
+        if self.forward_ssm.in_proj is None:
+            h = torch.cat([x, x], dim=1)
+        else:  # both projections in one product: B x 2D x L
+            weight = torch.cat([ssm.in_proj.weight for ssm in directions])
+            bias = torch.cat([ssm.in_proj.bias for ssm in directions])
+            h = torch.baddbmm(bias.unsqueeze(-1), weight.expand(B, -1, -1), x)
+        for i, kernels in enumerate(zip(forward_kernels, backward_kernels)):
+            y = two_way_fft_conv(h, *kernels, padding_mask)  # B x 2 x C x D x L
+            h = self.forward_ssm.activated(y.flatten(0, 1))  # 2B x D x L
+            if i < len(self.forward_ssm.linears):
+                h = _two_linears([ssm.linears[i] for ssm in directions], h)
+            h = h.view(B, 2 * D, L)
+        return h.transpose(1, 2)
+
+
+def _two_linears(linears: list[nn.Linear], x: Tensor) -> Tensor:
+    """``linears[d]`` applied to ``x[2 b + d]`` (``2B x D_in x L``, channels first): ``2B x D_out x L``, in one
+    batched product (the weights stacked, and repeated for each ``b`` where ``B > 1``)."""
+    batch = x.shape[0] // 2
+    weight = torch.stack([linear.weight for linear in linears]).expand(batch, -1, -1, -1).flatten(0, 1)
+    bias = torch.stack([linear.bias for linear in linears]).unsqueeze(-1).expand(batch, -1, -1, -1).flatten(0, 1)
+    return torch.baddbmm(bias, weight, x)

@@ -1,2 +1,0 @@
-"""fairseq models: importing this registers them."""
-from . import mssm_roberta, spade_lm, spade_transformer, transducer  # noqa: F401
