@@ -107,6 +107,32 @@ class Utterance:
     features: Path  # where its filterbanks go
 
 
+@dataclass(frozen=True)
+class PreparationOptions:
+    """How ``prepare`` prepares the subsets: ``ssm-prepare-librispeech``'s options besides the corpus, ``--out``
+    and the subsets (see the module doc)."""
+
+    vocab_size: int  # --vocab-size
+    jobs: int  # --jobs: feature processes
+    skip_bad: bool = False  # leave bad utterances out (listed in SUBSET.rejected.tsv) instead of failing
+    combine_train: str | None = None  # also NAME.tsv with every training subset
+    time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]  # SpecAugment's widest time mask; None: none
+    overwrite_vocabulary: bool = False
+    cmvn: str = "utterance"  # one of CMVN_CHOICES
+    overwrite_cmvn: bool = False
+
+
+@dataclass
+class ExtractedSubset:
+    """A subset after feature extraction: the utterances with features, their frames, the ``feature_sums`` of their
+    features (``--cmvn global``, training subsets; else None) and every problem found in the subset."""
+
+    utterances: list[Utterance]
+    frames: dict[str, int]  # utterance id -> frames
+    sums: np.ndarray | None
+    problems: list[str]
+
+
 class CorpusError(Exception):
     """Problems in the corpus, one line each, naming the file and utterance."""
 
@@ -509,18 +535,9 @@ def _located(config: dict, out: Path) -> dict:
     return located
 
 
-def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], vocab_size: int, jobs: int,
-            skip_bad: bool = False, combine_train: str | None = None,
-            time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"], overwrite_vocabulary: bool = False,
-            cmvn: str = "utterance", overwrite_cmvn: bool = False) -> None:
-    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc);
-    ``cmvn``: ``"utterance"`` or ``"global"`` (also ``gcmvn.npz``, from the ``train_subsets``).
-
-    Raises ``CorpusError`` listing every problem unless ``skip_bad``, ``VocabularyError`` (before any manifest is
-    written) if the vocabulary would replace a different one unless ``overwrite_vocabulary``, ``CmvnError`` (before
-    any feature is computed) if ``out/config.yaml`` applies another CMVN unless ``overwrite_cmvn``, and
-    ``ValueError`` for ``cmvn`` global without training subsets.
-    """
+def check_subsets(out: Path, subsets: list[str], train_subsets: list[str], cmvn: str) -> None:
+    """``ValueError`` for a ``cmvn`` not in ``CMVN_CHOICES``, training subsets that are not among ``subsets``, or
+    global CMVN with no training subset to compute it on (and no prepared ``out`` to add evaluation subsets to)."""
     if cmvn not in CMVN_CHOICES:
         raise ValueError(f"--cmvn {cmvn}: expected one of {', '.join(CMVN_CHOICES)}")
     if not set(train_subsets) <= set(subsets):
@@ -529,68 +546,121 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
         raise ValueError(f"--cmvn global computes its statistics on the training subsets, and none of {subsets} is "
                          f"one (--train-subsets, or by default the subsets whose name starts with 'train'): prepare "
                          f"the training subsets with them, or use --cmvn utterance")
-    out.mkdir(parents=True, exist_ok=True)
-    check_cmvn(out, cmvn, overwrite_cmvn)
-    added_to = None if train_subsets else prepared_vocabulary(out, subsets)  # evaluation subsets only
-    kept: dict[str, list[Utterance]] = {}
-    frames: dict[str, dict[str, int]] = {}
-    sums: dict[str, np.ndarray | None] = {}  # subset -> its feature_sums (--cmvn global, training subsets)
-    all_problems: list[str] = []
+
+
+def read_subsets(root: Path, out: Path, subsets: list[str]) -> dict[str, tuple[list[Utterance], list[str]]]:
+    """Each subset's utterances and problems (``read_subset``), less the ids that another subset prepared with it
+    or a manifest already in ``out`` also has (listed among its problems instead)."""
     read = {subset: read_subset(root, subset, out) for subset in subsets}
     read_utterances = {s: u for s, (u, _) in read.items()}
     for refusals in (refuse_ids_in_several_subsets(read_utterances), refuse_ids_prepared_before(read_utterances, out)):
         for subset, refused in refusals.items():
             utterances, problems = read[subset]
             read[subset] = ([u for u in utterances if u.id not in refused], problems + list(refused.values()))
-    for subset in subsets:
-        utterances, problems = read[subset]
-        results, sums[subset] = extract_all(utterances, jobs, subset, cmvn == "global" and subset in train_subsets)
-        problems += [result for result in results.values() if isinstance(result, str)]
-        frames[subset] = {uid: result for uid, result in results.items() if isinstance(result, int)}
-        kept[subset] = [u for u in utterances if u.id in frames[subset]]
-        rejected = out / f"{subset}.rejected.tsv"
-        rejected.unlink(missing_ok=True)  # no list left from an earlier run
-        if problems:
-            for problem in problems:
-                logger.error(problem)
-            rejected.write_text("".join(p + "\n" for p in problems), encoding="utf-8")
-        all_problems += problems
-    if all_problems and not skip_bad:
-        raise CorpusError(all_problems)
-    if added_to is not None:
-        for subset in subsets:
-            write_manifest(out / f"{subset}.tsv", kept[subset], frames[subset], out)
-            logger.info(f"{subset}: {len(kept[subset])} utterances -> {out / subset}.tsv, with the vocabulary "
-                        f"{added_to} and the config.yaml already in {out} (unchanged)")
-        return
-    texts = [u.text for subset in train_subsets for u in kept[subset]]
+    return read
+
+
+def extract_subset(out: Path, subset: str, utterances: list[Utterance], problems: list[str], jobs: int,
+                   sums: bool) -> ExtractedSubset:
+    """The features of a subset's ``utterances`` (``extract_all``); the problems of reading it (``problems``, which
+    the extraction's are added to) logged as errors and listed in ``out/SUBSET.rejected.tsv`` (removed when there
+    are none)."""
+    results, subset_sums = extract_all(utterances, jobs, subset, sums)
+    problems += [result for result in results.values() if isinstance(result, str)]
+    frames = {uid: result for uid, result in results.items() if isinstance(result, int)}
+    rejected = out / f"{subset}.rejected.tsv"
+    rejected.unlink(missing_ok=True)  # no list left from an earlier run
+    if problems:
+        for problem in problems:
+            logger.error(problem)
+        rejected.write_text("".join(p + "\n" for p in problems), encoding="utf-8")
+    return ExtractedSubset([u for u in utterances if u.id in frames], frames, subset_sums, problems)
+
+
+def train_vocabulary(out: Path, train_subsets: list[str], extracted: dict[str, ExtractedSubset], vocab_size: int,
+                     overwrite: bool) -> str:
+    """SentencePiece and its dictionary trained on the transcripts of the training subsets' kept utterances, installed
+    in ``out`` (``install_vocabulary``) -> their name. ``ValueError`` when every utterance was left out."""
+    texts = [u.text for subset in train_subsets for u in extracted[subset].utterances]
     if not texts:
         raise ValueError(f"no training transcripts in {train_subsets} to train SentencePiece on (every utterance was "
                          f"left out: see their .rejected.tsv)")
     with tempfile.TemporaryDirectory(prefix=".spm-", dir=out) as scratch:
         trained = Path(scratch) / f"spm_unigram{vocab_size}"
         train_sentencepiece(texts, trained, vocab_size)
-        spm_name = install_vocabulary(trained, out, overwrite_vocabulary)
+        return install_vocabulary(trained, out, overwrite)
+
+
+def write_manifests(out: Path, subsets: list[str], extracted: dict[str, ExtractedSubset],
+                    added_to: str | None = None) -> None:
+    """``out/SUBSET.tsv`` for each of ``subsets``, logged with its utterances and hours, or, for subsets ``added_to``
+    the vocabulary of a prepared directory, with that vocabulary."""
     for subset in subsets:
-        write_manifest(out / f"{subset}.tsv", kept[subset], frames[subset], out)
-        hours = sum(frames[subset].values()) / 360000
-        logger.info(f"{subset}: {len(kept[subset])} utterances, {hours:.2f} h -> {out / subset}.tsv")
-    if combine_train:
-        manifests = [(out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-                     for subset in train_subsets]
-        rows = [row for manifest in manifests for row in manifest[1:]]
-        replace_file(out / f"{combine_train}.tsv", "".join(manifests[0][:1] + rows).encode("utf-8"))
-    if cmvn == "global":  # in a fixed order, so that the same features give the same statistics bit for bit
+        done = extracted[subset]
+        write_manifest(out / f"{subset}.tsv", done.utterances, done.frames, out)
+        if added_to is not None:
+            logger.info(f"{subset}: {len(done.utterances)} utterances -> {out / subset}.tsv, with the vocabulary "
+                        f"{added_to} and the config.yaml already in {out} (unchanged)")
+        else:
+            hours = sum(done.frames.values()) / 360000
+            logger.info(f"{subset}: {len(done.utterances)} utterances, {hours:.2f} h -> {out / subset}.tsv")
+
+
+def write_combined_manifest(out: Path, name: str, train_subsets: list[str]) -> None:
+    """``out/NAME.tsv``: the rows of every training subset's manifest under one header (``--combine-train``)."""
+    manifests = [(out / f"{subset}.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+                 for subset in train_subsets]
+    rows = [row for manifest in manifests for row in manifest[1:]]
+    replace_file(out / f"{name}.tsv", "".join(manifests[0][:1] + rows).encode("utf-8"))
+
+
+def update_global_cmvn(out: Path, global_cmvn: bool, train_subsets: list[str],
+                       extracted: dict[str, ExtractedSubset]) -> None:
+    """With ``global_cmvn``, ``out/gcmvn.npz`` from the training subsets' feature sums; else a ``gcmvn.npz`` left by
+    an earlier global-CMVN preparation is removed."""
+    if global_cmvn:  # in a fixed order, so that the same features give the same statistics bit for bit
         training = list(dict.fromkeys(train_subsets))  # each subset once
-        count = sum(sum(frames[subset].values()) for subset in training)
-        mean, std = global_cmvn_stats(count, sum(sums[subset] for subset in training))
+        count = sum(sum(extracted[subset].frames.values()) for subset in training)
+        mean, std = global_cmvn_stats(count, sum(extracted[subset].sums for subset in training))
         logger.info(f"global CMVN over {count} frames of {', '.join(training)} -> {write_global_cmvn(out, mean, std)}")
     else:
         stale = out / GLOBAL_CMVN_STATS
         if stale.is_file():  # left by a --cmvn global preparation that --overwrite-cmvn replaced
             stale.unlink()
             logger.warning(f"{stale}: removed (this directory now uses utterance CMVN)")
-    write_config(out, spm_name, time_mask_width, cmvn == "global")
+
+
+def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], options: PreparationOptions) -> None:
+    """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc);
+    ``options.cmvn``: ``"utterance"`` or ``"global"`` (also ``gcmvn.npz``, from the ``train_subsets``).
+
+    Raises ``CorpusError`` listing every problem unless ``options.skip_bad``, ``VocabularyError`` (before any
+    manifest is written) if the vocabulary would replace a different one unless ``options.overwrite_vocabulary``,
+    ``CmvnError`` (before any feature is computed) if ``out/config.yaml`` applies another CMVN unless
+    ``options.overwrite_cmvn``, and ``ValueError`` for ``cmvn`` global without training subsets.
+    """
+    check_subsets(out, subsets, train_subsets, options.cmvn)
+    out.mkdir(parents=True, exist_ok=True)
+    check_cmvn(out, options.cmvn, options.overwrite_cmvn)
+    added_to = None if train_subsets else prepared_vocabulary(out, subsets)  # evaluation subsets only
+    read = read_subsets(root, out, subsets)
+    extracted: dict[str, ExtractedSubset] = {}
+    all_problems: list[str] = []
+    for subset in subsets:
+        sums = options.cmvn == "global" and subset in train_subsets
+        extracted[subset] = extract_subset(out, subset, *read[subset], options.jobs, sums)
+        all_problems += extracted[subset].problems
+    if all_problems and not options.skip_bad:
+        raise CorpusError(all_problems)
+    if added_to is not None:
+        write_manifests(out, subsets, extracted, added_to)
+        return
+    spm_name = train_vocabulary(out, train_subsets, extracted, options.vocab_size, options.overwrite_vocabulary)
+    write_manifests(out, subsets, extracted)
+    if options.combine_train:
+        write_combined_manifest(out, options.combine_train, train_subsets)
+    update_global_cmvn(out, options.cmvn == "global", train_subsets, extracted)
+    write_config(out, spm_name, options.time_mask_width, options.cmvn == "global")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -626,9 +696,10 @@ def main(argv: list[str] | None = None) -> int:
     train_subsets = ([s for s in args.train_subsets.split(",") if s] if args.train_subsets
                      else [s for s in subsets if s.startswith("train")])
     try:
-        prepare(args.librispeech_root, args.out, subsets, train_subsets, args.vocab_size, args.jobs,
-                args.skip_bad, args.combine_train, None if args.no_specaugment else args.time_mask_width,
-                args.overwrite_vocabulary, args.cmvn, args.overwrite_cmvn)
+        prepare(args.librispeech_root, args.out, subsets, train_subsets, PreparationOptions(
+            vocab_size=args.vocab_size, jobs=args.jobs, skip_bad=args.skip_bad, combine_train=args.combine_train,
+            time_mask_width=None if args.no_specaugment else args.time_mask_width,
+            overwrite_vocabulary=args.overwrite_vocabulary, cmvn=args.cmvn, overwrite_cmvn=args.overwrite_cmvn))
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1
