@@ -31,6 +31,7 @@ import argparse
 import logging
 import re
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -140,7 +141,8 @@ def table(rows: list[tuple[str, int, list[BucketLoss]]], reach: int, block: int,
     return "\n".join([header, "|---|---|---|---|---|---|", *table_rows(rows)])
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
+    """``ssm-lm-distance-ppl``'s options (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data_bin", type=Path, help="fairseq-preprocess output (dict.txt and the split)")
     parser.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
@@ -154,21 +156,75 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", metavar="REGEX", help="report only the tokens whose word matches (re.fullmatch)")
     parser.add_argument("--batch-size", type=int, default=8, help="blocks per forward pass")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return parser
+
+
+def load_all(parser: argparse.ArgumentParser, named: dict[str, list[Path]], data_bin: Path, tokens_per_sample: int,
+             device: torch.device) -> dict[str, list[tuple]]:
+    """Every checkpoint of every name, loaded (``load``: model, task, model configuration); ``parser.error`` for a
+    model that takes fewer positions than ``tokens_per_sample``."""
+    loaded = {name: [load(path, data_bin, device) for path in paths] for name, paths in named.items()}
+    for name, runs in loaded.items():
+        for path, (model, _, _) in zip(named[name], runs):
+            if tokens_per_sample > model.max_positions():
+                parser.error(f"--tokens-per-sample {tokens_per_sample} is longer than {path} takes "
+                             f"({model.max_positions()} tokens, its training --tokens-per-sample)")
+    return loaded
+
+
+def selected_tokens(parser: argparse.ArgumentParser, only: str | None, stream: torch.Tensor, dictionary,
+                    split: Path) -> list[bool]:
+    """Whether each token of ``stream`` is reported: every token, or with ``--only`` those whose word matches it
+    (``parser.error`` for a pattern that does not compile or matches no token of ``split``)."""
+    if only is None:
+        return [True] * stream.numel()
+    try:
+        pattern = re.compile(only)
+    except re.error as error:
+        parser.error(f"--only {only!r}: {error}")
+    selected = [pattern.fullmatch(dictionary[token]) is not None for token in stream.tolist()]
+    if not any(selected):
+        parser.error(f"--only {only!r}: no token of {split} matches")
+    return selected
+
+
+def score_rows(loaded: dict[str, list[tuple]], bucket_loss: Callable[[torch.nn.Module], BucketLoss],
+               ablate_ssm: bool) -> list[tuple[str, int, list[BucketLoss]]]:
+    """The table's rows: each name's parameters and the ``bucket_loss`` of each of its checkpoints, and with
+    ``ablate_ssm`` below each model with SSM sub-layers a row of the same checkpoints with their outputs zeroed.
+    ``ValueError`` for checkpoints of one name that differ in size."""
+    from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
+
+    rows = []
+    for name, runs in loaded.items():
+        parameters = {sum(p.numel() for p in model.parameters()) for model, _, _ in runs}
+        if len(parameters) > 1:
+            raise ValueError(f"{name}: its checkpoints differ in size ({sorted(parameters)} parameters)")
+        logger.info("scoring %s (%d checkpoint(s))", name, len(runs))
+        rows.append((name, parameters.pop(), [bucket_loss(model) for model, _, _ in runs]))
+        if ablate_ssm and not ssm_sublayers(runs[0][0]):
+            logger.info("%s has no SSM sub-layer: no ablation row", name)
+        elif ablate_ssm:
+            logger.info("scoring %s with its SSM outputs zeroed", name)
+            ablated = []
+            for model, _, _ in runs:
+                with ssm_outputs_zeroed(model):
+                    ablated.append(bucket_loss(model))
+            rows.append((f"{name}, SSM output zeroed", rows[-1][1], ablated))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     if args.tokens_per_sample < 1 or args.batch_size < 1:
         parser.error("--tokens-per-sample and --batch-size must be positive")
     named = named_checkpoints(parser, args.checkpoint)
     import ssm_fairseq  # noqa: F401  (registers the models with fairseq)
-    from ssm_fairseq.layers.state_space.ssm_ablation import ssm_outputs_zeroed, ssm_sublayers
 
     device = torch.device(args.device)
-    loaded = {name: [load(path, args.data_bin, device) for path in paths] for name, paths in named.items()}
-    for name, runs in loaded.items():
-        for path, (model, _, _) in zip(named[name], runs):
-            if args.tokens_per_sample > model.max_positions():
-                parser.error(f"--tokens-per-sample {args.tokens_per_sample} is longer than {path} takes "
-                             f"({model.max_positions()} tokens, its training --tokens-per-sample)")
+    loaded = load_all(parser, named, args.data_bin, args.tokens_per_sample, device)
     first = [runs[0] for runs in loaded.values()]
     reach = args.reach or next((r for r in (local_reach(c) for *_, c in first) if r is not None), None)
     if reach is None or reach < 1:
@@ -176,16 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     dictionary = first[0][1].source_dictionary  # every model's: data_bin's dict.txt
     stream = token_stream(args.data_bin, args.split, dictionary)
     buckets = distance_buckets(stream, args.tokens_per_sample, reach)
-    selected = [True] * len(buckets)
-    if args.only is not None:
-        try:
-            pattern = re.compile(args.only)
-        except re.error as error:
-            parser.error(f"--only {args.only!r}: {error}")
-        selected = [pattern.fullmatch(dictionary[token]) is not None for token in stream.tolist()]
-        if not any(selected):
-            parser.error(f"--only {args.only!r}: no token of {args.data_bin / args.split} matches")
-
+    selected = selected_tokens(parser, args.only, stream, dictionary, args.data_bin / args.split)
     indices = torch.tensor([BUCKETS.index(bucket) for bucket in buckets])
     kept = torch.tensor(selected)
 
@@ -195,23 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         loss.add(nll.cpu()[kept], indices[kept])
         return loss
 
-    rows = []
-    for name, runs in loaded.items():
-        parameters = {sum(p.numel() for p in model.parameters()) for model, _, _ in runs}
-        if len(parameters) > 1:
-            raise ValueError(f"{name}: its checkpoints differ in size ({sorted(parameters)} parameters)")
-        logger.info("scoring %s (%d checkpoint(s))", name, len(runs))
-        rows.append((name, parameters.pop(), [bucket_loss(model) for model, _, _ in runs]))
-        if args.ablate_ssm and not ssm_sublayers(runs[0][0]):
-            logger.info("%s has no SSM sub-layer: no ablation row", name)
-        elif args.ablate_ssm:
-            logger.info("scoring %s with its SSM outputs zeroed", name)
-            ablated = []
-            for model, _, _ in runs:
-                with ssm_outputs_zeroed(model):
-                    ablated.append(bucket_loss(model))
-            rows.append((f"{name}, SSM output zeroed", rows[-1][1], ablated))
-    print(table(rows, reach, args.tokens_per_sample, args.only))
+    print(table(score_rows(loaded, bucket_loss, args.ablate_ssm), reach, args.tokens_per_sample, args.only))
     return 0
 
 
