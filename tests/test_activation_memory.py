@@ -110,7 +110,7 @@ def test_mssm_stages_keep_only_their_inputs(monkeypatch, chunked):
     """Each stage of the MSSM block (convolution, gating, dropout) of a long sequence is recomputed on a CPU (here from
     the shortest length), whichever way it is convolved: what autograd keeps is the stage inputs and the linears'
     inputs, all ``B x L x D``, nothing ``B x C x D x L``."""
-    from ssm_fairseq.layers import multihead_ssm
+    from ssm_fairseq.layers.state_space import multihead_ssm
     from ssm_fairseq.layers.state_space.bidirectional_ssm import BidirectionalSSM
     from ssm_fairseq.ssm import batched_kernels
 

@@ -205,7 +205,8 @@ def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernel
     """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage
     recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding
     included (here from the shortest length)."""
-    from ssm_fairseq.layers import multihead_ssm, recompute
+    from ssm_fairseq.layers import recompute
+    from ssm_fairseq.layers.state_space import multihead_ssm
     from ssm_fairseq.ssm import batched_kernels
     from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ssm_fairseq.layers import rnnt_loss as rnnt
+from ssm_fairseq.asr.transducer import rnnt_loss as rnnt
 from ssm_fairseq.asr.transducer.joiner import Joiner
 from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss, torchaudio_rnnt_available, transducer_loss
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ssm_fairseq.layers import bidirectional_ssm, multihead_ssm
+from ssm_fairseq.layers.state_space import bidirectional_ssm, multihead_ssm
 from ssm_fairseq.ssm import batched_kernels
 from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.layers.attention.local_attention import LocalAttention
