@@ -1,10 +1,12 @@
 """Offline transcription of audio files with a ``Recognizer``: every file checked first, then decoded in padded
-batches as ``fairseq-generate`` batches and decodes a manifest.
+batches as ``fairseq-generate`` batches and decodes a manifest; files longer than one window of ``Windowing``
+(30 s by default) one at a time, window by window, in bounded memory (``long_form``).
 
-Files are sorted by length (longest first) and cut into batches of at most ``max_tokens`` frames (and
-``batch_size`` files); each batch is padded with zeros after each end, as fairseq's collater pads, and decoded by the
-task's ``TransducerGenerator``. So a file gives the ``D-`` hypothesis ``fairseq-generate`` prints for its features
-with the same search options and batches.
+Files up to the window's length are sorted by length (longest first) and cut into batches of at most ``max_tokens``
+frames (and ``batch_size`` files); each batch is padded with zeros after each end, as fairseq's collater pads, and
+decoded by the task's ``TransducerGenerator``. So such a file gives the ``D-`` hypothesis ``fairseq-generate`` prints
+for its features with the same search options and batches. A longer file has no length limit: its encoder output is
+made window by window and searched as one (``long_form.transcribe_long``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from fairseq.data import data_utils
 from torch.nn.utils.rnn import pad_sequence
 
 from .features.audio_features import AudioError, Conversions, audio_frames
+from .long_form import Windowing, transcribe_long, window_frames
 from .search.transducer_generator import NonFiniteScoreError
 from .transcripts import InputError, TimedTranscript
 
@@ -48,23 +51,42 @@ def file_frames(paths: Sequence[Path | str], too_long: TooLong | None = None) ->
     return frames
 
 
-def transcribe_files(recognizer: Recognizer, paths: Sequence[Path | str],
-                     timestamps: bool) -> list[str] | list[TimedTranscript]:
+def transcribe_files(recognizer: Recognizer, paths: Sequence[Path | str], timestamps: bool,
+                     windowing: Windowing = Windowing()) -> list[str] | list[TimedTranscript]:
     """``Recognizer.transcribe``: the transcript of each file of ``paths``, in order (``TimedTranscript``s with
-    ``timestamps``); files that are not 16 kHz mono are converted and logged, one line per kind of conversion."""
+    ``timestamps``); files that are not 16 kHz mono are converted and logged, one line per kind of conversion.
+    Files longer than ``windowing``'s window are transcribed window by window (``long_form``), after the others."""
     if isinstance(paths, (str, Path)):
         raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
     if timestamps:
         recognizer.check_timestamps()
     if not paths:
         return []
-    frames = np.array(file_frames(paths, lambda path, n: too_long(recognizer, path, n)), dtype=np.int64)
-    order = np.lexsort((np.arange(len(paths)), -frames))  # longest first, as fairseq orders a manifest
+    window, _, _ = window_frames(recognizer, windowing)
+    frames = np.array(file_frames(paths, lambda path, n: None if n > window else too_long(recognizer, path, n)),
+                      dtype=np.int64)
+    texts: list[str | TimedTranscript | None] = [None] * len(paths)
+    conversions = Conversions()
+    short = np.flatnonzero(frames <= window)
+    _transcribe_batched(recognizer, paths, short, frames, timestamps, conversions, texts)
+    for index in np.flatnonzero(frames > window).tolist():
+        texts[index] = transcribe_long(recognizer, paths[index], windowing, timestamps, conversions)
+    conversions.log(logger)
+    return texts
+
+
+def _transcribe_batched(recognizer: Recognizer, paths: Sequence[Path | str], indices: np.ndarray,
+                        frames: np.ndarray, timestamps: bool, conversions: Conversions,
+                        texts: list[str | TimedTranscript | None]) -> None:
+    """Decode files ``indices`` of ``paths`` (of ``frames`` feature frames each) in padded batches, as
+    ``fairseq-generate`` batches a manifest, into ``texts``."""
+    if not len(indices):
+        return
+    order = indices[np.lexsort((indices, -frames[indices]))]  # longest first, as fairseq orders a manifest
     batches = data_utils.batch_by_size(order, num_tokens_fn=frames.__getitem__,
                                        max_tokens=recognizer.options.batch_max_tokens,
                                        max_sentences=recognizer.options.batch_size)
-    texts: list[str | TimedTranscript | None] = [None] * len(paths)
-    done, every, conversions = 0, max(1, len(batches) // 10), Conversions()
+    done, every = 0, max(1, len(batches) // 10)
     for n, batch in enumerate(batches, 1):
         try:
             decoded = _decode(recognizer, batch, [recognizer.features(paths[i], conversions) for i in batch],
@@ -75,26 +97,16 @@ def transcribe_files(recognizer: Recognizer, paths: Sequence[Path | str],
             texts[index] = text
         done += len(batch)
         if n % every == 0 or n == len(batches):
-            logger.info(f"{done}/{len(paths)} files transcribed ({n}/{len(batches)} batches)")
-    conversions.log(logger)
-    return texts
+            logger.info(f"{done}/{len(indices)} files transcribed ({n}/{len(batches)} batches)")
 
 
 def too_long(recognizer: Recognizer, path: Path | str, frames: int) -> str | None:
-    """What to do with a file of ``frames`` feature frames longer than a batch may be, or None if it fits."""
-    length = f"{path}: {frames / 100:.1f} s of audio ({frames} feature frames)"
-    max_frames, max_tokens = recognizer.max_frames, recognizer.options.batch_max_tokens
-    if frames > max_frames:
-        problem = recognizer.streaming_problem()
-        advice = (f"split it into pieces of at most {max_frames // 100} s (this model cannot stream it: "
-                  f"{problem})" if problem else
-                  "stream it, which has no length limit (ssm-transcribe --stream; StreamingTranscriber from "
-                  f"Python), or split it into pieces of at most {max_frames // 100} s")
-        return (f"{length}, longer than this model transcribes offline: {max_frames / 100:.1f} s "
-                f"({max_frames} frames, its max_source_positions); {advice}")
+    """What to do with a file of ``frames`` feature frames, at most a window long, that is longer than a batch may
+    be, or None if it fits."""
+    max_tokens = recognizer.options.batch_max_tokens
     if max_tokens is not None and frames > max_tokens:
-        return (f"{length}, more than a batch holds (max_tokens, --max-tokens {max_tokens}): raise "
-                f"--max-tokens to at least {frames}")
+        return (f"{path}: {frames / 100:.1f} s of audio ({frames} feature frames), more than a batch holds "
+                f"(max_tokens, --max-tokens {max_tokens}): raise --max-tokens to at least {frames}")
     return None
 
 
