@@ -112,22 +112,8 @@ class TransducerCriterion(FairseqCriterion):
         # the losses drop an utterance with no encoder frame (and the auxiliary CTC scores only the kept ones)
         encoder_lengths = encoder["encoder_lengths"]
         encoder_lengths = encoder_lengths.masked_fill(unreadable.to(encoder_lengths.device), 0)
-        simple = None
-        if self.simple_joiner is None:
-            losses, kept = transducer_loss(
-                model.joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths, target_lengths,
-                model.blank, self.backend, self.sub_batch,
-            )
-            rnnt = losses.sum()
-            loss = rnnt
-        else:
-            losses, kept = pruned_transducer_loss(
-                model.joiner, self.simple_joiner, encoder["encoder_out"], predictor_out, targets, encoder_lengths,
-                target_lengths, model.blank, self.prune_range,
-            )
-            simple, rnnt = losses.sum(0)
-            simple_scale, pruned_scale = self.loss_scales()
-            loss = simple_scale * simple + pruned_scale * rnnt
+        loss, rnnt, simple, kept = self._rnnt_loss(model, encoder["encoder_out"], predictor_out, targets,
+                                                   encoder_lengths, target_lengths)
         self._report_dropped(sample["id"], kept, encoder_lengths, unreadable)
         # every trainable parameter stays in the graph (zero gradient) whatever was dropped: fairseq's default
         # --ddp-backend pytorch_ddp fails the next update when a parameter got no gradient on some rank
@@ -150,6 +136,29 @@ class TransducerCriterion(FairseqCriterion):
         if simple is not None:
             logging_output["simple_loss"] = simple.detach()
         return loss, sample_size, logging_output
+
+    def _rnnt_loss(self, model, encoder_out: Tensor, predictor_out: Tensor, targets: Tensor, encoder_lengths: Tensor,
+                   target_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+        """The batch's RNN-T loss -> ``(loss, rnnt, simple, kept)``: the full loss (``rnnt``, with ``simple`` None),
+        or with ``--rnnt-loss pruned`` the pruned (``rnnt``) and simple losses weighted by ``loss_scales``; each
+        summed over the ``B`` utterances ``kept`` (``transducer_loss``, ``pruned_transducer_loss``).
+
+        ``encoder_out``: ``B x T x De``; ``predictor_out``: ``B x (U+1) x Dp``; ``targets``: ``B x U``.
+        """
+        if self.simple_joiner is None:
+            losses, kept = transducer_loss(
+                model.joiner, encoder_out, predictor_out, targets, encoder_lengths, target_lengths,
+                model.blank, self.backend, self.sub_batch,
+            )
+            rnnt = losses.sum()
+            return rnnt, rnnt, None, kept
+        losses, kept = pruned_transducer_loss(
+            model.joiner, self.simple_joiner, encoder_out, predictor_out, targets, encoder_lengths,
+            target_lengths, model.blank, self.prune_range,
+        )
+        simple, rnnt = losses.sum(0)
+        simple_scale, pruned_scale = self.loss_scales()
+        return simple_scale * simple + pruned_scale * rnnt, rnnt, simple, kept
 
     @staticmethod
     def _report_dropped(ids: Tensor, kept: Tensor, encoder_lengths: Tensor, unreadable: Tensor) -> None:

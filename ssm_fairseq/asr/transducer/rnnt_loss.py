@@ -15,7 +15,7 @@ bound the lattice's peak memory, and drops utterances whose loss is not finite.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -185,16 +185,31 @@ def rnnt_loss(logits: Tensor, targets: Tensor, logit_lengths: Tensor, target_len
     return losses.to(dtype)
 
 
-def _joint_losses(joiner: nn.Module, encoder_proj: Tensor, predictor_proj: Tensor, targets: Tensor,
-                  encoder_lengths: Tensor, target_lengths: Tensor, blank: int, backend: str) -> Tensor:
+class _Labels(NamedTuple):
+    """What the joiner's lattice of a batch is scored against: ``B x U`` labels, ``B`` frames and ``B`` labels per
+    utterance, the blank unit and the ``rnnt_loss`` backend."""
+
+    targets: Tensor
+    encoder_lengths: Tensor
+    target_lengths: Tensor
+    blank: int
+    backend: str
+
+    def rows(self, index: Tensor | slice) -> _Labels:
+        """The labels of the utterances at ``index``."""
+        return self._replace(targets=self.targets[index], encoder_lengths=self.encoder_lengths[index],
+                             target_lengths=self.target_lengths[index])
+
+
+def _joint_losses(joiner: nn.Module, encoder_proj: Tensor, predictor_proj: Tensor, labels: _Labels) -> Tensor:
     """Join projected ``B x T x J`` and ``B x (U+1) x J``, trimmed to the longest utterance, -> losses ``B``."""
-    T, U = int(encoder_lengths.max()), int(target_lengths.max())
+    T, U = int(labels.encoder_lengths.max()), int(labels.target_lengths.max())
     logits = joiner.join(encoder_proj[:, :T], predictor_proj[:, :U + 1])
-    return rnnt_loss(logits, targets[:, :U], encoder_lengths, target_lengths, blank, backend)
+    return rnnt_loss(logits, labels.targets[:, :U], labels.encoder_lengths, labels.target_lengths, labels.blank,
+                     labels.backend)
 
 
-def _sub_batched(joiner: nn.Module, encoder_proj: Tensor, predictor_proj: Tensor, targets: Tensor,
-                 encoder_lengths: Tensor, target_lengths: Tensor, blank: int, backend: str,
+def _sub_batched(joiner: nn.Module, encoder_proj: Tensor, predictor_proj: Tensor, labels: _Labels,
                  sub_batch_size: int) -> Tensor:
     """Losses ``B``, one lattice of ``sub_batch_size`` utterances at a time.
 
@@ -218,8 +233,7 @@ def _sub_batched(joiner: nn.Module, encoder_proj: Tensor, predictor_proj: Tensor
         if track:  # leaves, so that the gradient stops at the projected rows
             encoder_rows = encoder_rows.detach().requires_grad_()
             predictor_rows = predictor_rows.detach().requires_grad_()
-        losses = _joint_losses(joiner, encoder_rows, predictor_rows, targets[rows], encoder_lengths[rows],
-                               target_lengths[rows], blank, backend)
+        losses = _joint_losses(joiner, encoder_rows, predictor_rows, labels.rows(rows))
         values.append(losses.detach())
         finite = finite and bool(torch.isfinite(losses).all())
         if track and finite:
@@ -273,13 +287,13 @@ def transducer_loss(joiner: nn.Module, encoder_out: Tensor, predictor_out: Tenso
     if sub_batch_size < 0:
         raise ValueError(f"sub_batch_size must be >= 0, got {sub_batch_size}")
     targets, encoder_lengths, target_lengths = (x.to(device) for x in (targets, encoder_lengths, target_lengths))
+    labels = _Labels(targets, encoder_lengths, target_lengths, blank, backend)
 
     def losses_of(index: Tensor) -> Tensor:
-        group = (targets[index], encoder_lengths[index], target_lengths[index], blank, backend)
         encoder_proj, predictor_proj = joiner.project(encoder_out[index], predictor_out[index])
         if sub_batch_size == 0:
-            return _joint_losses(joiner, encoder_proj, predictor_proj, *group)
-        return _sub_batched(joiner, encoder_proj, predictor_proj, *group, sub_batch_size)
+            return _joint_losses(joiner, encoder_proj, predictor_proj, labels.rows(index))
+        return _sub_batched(joiner, encoder_proj, predictor_proj, labels.rows(index), sub_batch_size)
 
     dtype = torch.float64 if encoder_out.dtype == torch.float64 else torch.float32
     return drop_non_finite(losses_of, encoder_lengths >= 1, dtype)
