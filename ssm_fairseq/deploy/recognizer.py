@@ -1,0 +1,184 @@
+"""Speech recognition on ONNX Runtime from an exported directory, without torch or fairseq: files and live streams.
+
+    from ssm_fairseq.deploy.recognizer import OnnxRecognizer
+    recognizer = OnnxRecognizer("exported/", beam=4)          # or precision="int8"
+    texts = recognizer.transcribe(["a.flac", "b.wav"])        # list[str]; timestamps=True: TimedTranscripts
+    stream = recognizer.stream()
+    for samples in chunks:                                    # 16 kHz mono float32 in [-1, 1], any chunk size
+        print(stream.accept_waveform(samples))                # the partial transcript
+    text, words = stream.finish()
+
+What ``asr.Recognizer`` does with the checkpoint, done with the exported graphs and numpy: the filterbanks
+(``deploy.filterbank``), the global-CMVN statistics of the export, the encoder chunk by chunk (``onnx_transducer``;
+a whole file is one stream), the searches (``deploy.search``), the units joined into words as
+``fairseq-generate --post-process sentencepiece`` joins them, and word times from the emission frames
+(``asr.search.word_timestamps``). A file is a stream fed all at once, so offline and streamed transcripts are the
+same. Audio files must be 16 kHz (channels are averaged): resampling is torchaudio's, which this runtime does not
+have; other rates are refused, named. Imports numpy, onnxruntime and soundfile.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..asr.transcripts import InputError, TimedTranscript
+from .filterbank import SAMPLE_RATE, StreamingFilterbank, frame_count, log_mel_filterbank
+from .onnx_transducer import OnnxTransducer
+from .search import MAX_SYMBOLS_PER_FRAME, Hypothesis, build_search
+
+WORD_BOUNDARY = "\u2581"
+
+
+class OnnxRecognizer:
+    """An exported directory in ONNX Runtime, with the search settings of ``ssm-transcribe`` (``beam`` 1: greedy;
+    ``search``, ``max_symbols_per_frame``, ``lenpen``, ``blank_penalty`` as its flags). ``precision``: ``"fp32"`` or
+    ``"int8"``; ``threads``: ONNX Runtime's intra-op threads."""
+
+    def __init__(self, directory: Path | str, precision: str = "fp32", beam: int = 4, search: str = "exact",
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, lenpen: float = 1.0,
+                 blank_penalty: float = 0.0, threads: int | None = None):
+        for name, value in (("beam", beam), ("max_symbols_per_frame", max_symbols_per_frame)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self.model = OnnxTransducer(directory, precision, threads)
+        meta = self.model.metadata
+        self.vocabulary: list[str] = meta["vocabulary"]
+        self.strip = set(meta["strip"])
+        self.unk, self.unk_word = meta["unk"], meta["unk_word"]
+        self.frame_seconds = meta["frame_seconds"]
+        cmvn = meta["global_cmvn"]
+        self.cmvn = None if cmvn is None else (np.array(cmvn["mean"]), np.array(cmvn["std"]))
+        self.search_args = dict(beam=beam, search=search, max_symbols_per_frame=max_symbols_per_frame,
+                                suppress=meta["suppress"], blank_penalty=blank_penalty)
+        build_search(self.model, **self.search_args)  # the arguments checked now, not at the first file
+        self.length_norm = lenpen
+
+    def normalised(self, fbank: np.ndarray) -> np.ndarray:
+        """``T x 80`` filterbanks -> the features the model saw in training (global CMVN, in float64 as fairseq's
+        ``GlobalCMVN``, then float32); ``ValueError`` unless all are finite."""
+        features = fbank if self.cmvn is None or not len(fbank) else (fbank - self.cmvn[0]) / self.cmvn[1]
+        if not np.isfinite(features).all():
+            raise ValueError("features are not finite (NaN or inf in the audio)")
+        return features.astype(np.float32)
+
+    def text(self, tokens: Sequence[int]) -> str:
+        """Label ids -> words (``Dictionary.string(tokens, "sentencepiece")`` with the search's stripped symbols)."""
+        pieces = [self.unk_word if t == self.unk else self.vocabulary[t] for t in tokens if t not in self.strip]
+        return "".join(pieces).replace(" ", "").replace(WORD_BOUNDARY, " ").strip()
+
+    def timed_words(self, hypothesis: Hypothesis, duration: float | None) -> list:
+        """The words of ``hypothesis`` with their times (``asr.search.word_timestamps``)."""
+        from ..asr.search.word_timestamps import word_timestamps
+
+        kept = [(t, f) for t, f in zip(hypothesis.tokens, hypothesis.frames) if t not in self.strip]
+        return word_timestamps([self.vocabulary[t] for t, _ in kept], [f for _, f in kept], self.frame_seconds,
+                               duration)
+
+    def stream(self, timestamps: bool = False) -> OnnxStream:
+        return OnnxStream(self, timestamps)
+
+    def transcribe(self, paths: Sequence[Path | str], timestamps: bool = False) -> list[str] | list[TimedTranscript]:
+        """The transcript of each audio file, in order (``TimedTranscript`` with ``timestamps``). Every file is read
+        first: ``InputError`` names each one missing, unreadable, empty, not 16 kHz or not finite."""
+        if isinstance(paths, (str, Path)):
+            raise TypeError(f"transcribe takes a list of paths, got the single path {paths!r}")
+        audio, problems = [], []
+        for path in paths:
+            try:
+                audio.append(read_16k_mono(path))
+            except ValueError as error:
+                problems.append(f"{path}: {error}")
+        if problems:
+            raise InputError(problems)
+        results = []
+        for path, samples in zip(paths, audio):
+            stream = self.stream(timestamps)
+            try:
+                stream.accept_features(log_mel_filterbank(samples), len(samples))
+                result = stream.finish()
+            except ValueError as error:
+                raise InputError([f"{path}: {error}"]) from error
+            results.append(result if timestamps else result.text)
+        return results
+
+
+class OnnxStream:
+    """One utterance at a time through an ``OnnxRecognizer``: ``accept_waveform`` chunk by chunk (partial transcript
+    out), ``finish`` (final ``TimedTranscript``; the next sample starts a new utterance)."""
+
+    def __init__(self, recognizer: OnnxRecognizer, timestamps: bool = False):
+        self.recognizer, self.timestamps = recognizer, timestamps
+        self._new_utterance()
+
+    def _new_utterance(self) -> None:
+        self.filterbank = StreamingFilterbank()
+        self.encoder = self.recognizer.model.encoder_stream()
+        self.search = build_search(self.recognizer.model, **self.recognizer.search_args)
+        self.samples = 0
+
+    def accept_features(self, fbank: np.ndarray, samples: int) -> None:
+        """``T x 80`` filterbank frames of ``samples`` more samples -> into the encoder and the search."""
+        proj = self.encoder.accept(self.recognizer.normalised(fbank))
+        self.samples += samples
+        if proj.shape[0]:
+            self.search.advance(proj)
+
+    def accept_waveform(self, samples: np.ndarray) -> str:
+        """The next 1-D float samples (16 kHz mono, in [-1, 1]) -> the partial transcript."""
+        self.accept_features(self.filterbank.accept_waveform(samples), len(samples))
+        return self.recognizer.text(self.search.partial(self.recognizer.length_norm).tokens)
+
+    def finish(self) -> TimedTranscript:
+        """End the utterance: its final transcript (words timed with ``timestamps``)."""
+        try:
+            proj = self.encoder.finish()
+            if proj.shape[0]:
+                self.search.advance(proj)
+            best = self.search.finish(1, self.recognizer.length_norm)[0]
+            if not np.isfinite(best.score):
+                raise ValueError("the hypothesis score is not finite (NaN or inf)")
+            duration = self.samples / SAMPLE_RATE
+            words = self.recognizer.timed_words(best, duration) if self.timestamps else []
+            return TimedTranscript(self.recognizer.text(best.tokens), words)
+        finally:
+            self._new_utterance()
+
+    def stream_file(self, path: Path | str, chunk_ms: float,
+                    on_partial: Callable[[float, str], None] | None = None) -> TimedTranscript:
+        """An audio file as a stream of ``chunk_ms`` chunks; ``on_partial(seconds, text)`` whenever the partial
+        transcript changes."""
+        if not (isinstance(chunk_ms, (int, float)) and np.isfinite(chunk_ms) and chunk_ms > 0):
+            raise ValueError(f"chunk_ms must be a positive, finite number of milliseconds, got {chunk_ms!r}")
+        step = max(1, round(chunk_ms * SAMPLE_RATE / 1000))
+        samples, shown = read_16k_mono(path), ""
+        for start in range(0, len(samples), step):
+            partial = self.accept_waveform(samples[start:start + step])
+            if partial != shown and on_partial is not None:
+                on_partial(self.samples / SAMPLE_RATE, partial)
+            shown = partial
+        return self.finish()
+
+
+def read_16k_mono(path: Path | str) -> np.ndarray:
+    """An audio file's float32 samples, channels averaged; ``ValueError`` saying why for a file that is missing,
+    unreadable, not 16 kHz, shorter than one 25 ms window or not finite."""
+    import soundfile as sf
+
+    if not Path(path).is_file():
+        raise ValueError("audio file not found")
+    try:
+        waveform, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except Exception as error:  # soundfile raises several types for corrupt or foreign files
+        raise ValueError(f"unreadable audio ({error})") from error
+    if rate != SAMPLE_RATE:
+        raise ValueError(f"{rate} Hz audio: the ONNX runtime reads 16 kHz only (resample it, e.g. sox in.wav -r 16000 "
+                         "out.wav, or transcribe with the checkpoint, which resamples)")
+    samples = waveform.mean(axis=1)
+    if frame_count(len(samples)) == 0:
+        raise ValueError(f"empty audio ({len(samples)} samples at {rate} Hz)")
+    if not np.isfinite(samples).all():
+        raise ValueError("samples are not finite (NaN or inf in the audio)")
+    return samples
+
