@@ -42,3 +42,13 @@ def test_every_decoding_option_is_a_command_line_flag():
     args = cli.parse_args(["a.flac", "--checkpoint", "c.pt"])
     assert DecodingOptions(**{name: getattr(args, name) for name in DecodingOptions.__dataclass_fields__}) == \
         DecodingOptions()
+
+
+def test_the_torch_free_search_settings_are_the_tasks_and_the_searchs():
+    """``asr.options`` defines the search choices and the per-frame label limit without importing torch (the command
+    line's defaults); the task and the search must offer the same (until they import them from there)."""
+    from ssm_fairseq.asr import options
+    from ssm_fairseq.asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
+    from ssm_fairseq.asr.transducer.task import SEARCHES
+    assert options.SEARCHES == SEARCHES and options.MAX_SYMBOLS_PER_FRAME == MAX_SYMBOLS_PER_FRAME
+    assert options.PRECISIONS == {name: options.precision_dtype(name) for name in options.PRECISION_NAMES}

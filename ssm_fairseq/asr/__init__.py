@@ -7,11 +7,14 @@ fairseq model, criterion and task), ``search`` (greedy and beam search, LM fusio
 
 Recognition with a trained checkpoint: one ``Recognizer`` (``recognizer``) loads the model, dictionary, feature
 transforms, search and optional LM once, and serves batched offline transcription of files (``offline``) and any
-number of live streams (``stream``: ``Recognizer.stream()``, one ``Stream`` per source); ``streaming_transcriber`` is a
-one-stream convenience. ``options`` holds the decoding settings (``DecodingOptions``), ``checkpoint`` the loading and
-checking of a ``speech_transducer`` checkpoint and its data directory, ``samples`` the checks on streamed samples and
-chunk sizes, ``transcripts`` what comes out (``TimedTranscript``, ``InputError``). The command line is
-``ssm_fairseq.cli.transcribe`` (``ssm-transcribe``).
+number of live streams (``stream``: ``Recognizer.stream()``, one ``Stream`` per source; ``stream_batch``: many
+streams' encoders stepped as one batch, ``Recognizer.step_streams``); ``streaming_transcriber`` is a one-stream
+convenience. ``options`` holds the decoding settings (``DecodingOptions``), ``checkpoint`` the loading and checking of
+a ``speech_transducer`` checkpoint and its data directory, ``samples`` the checks on streamed samples and chunk
+sizes, ``endpoints`` the rules that cut a stream into segments, ``transcripts`` what comes out (``TimedTranscript``,
+``Segment``, ``InputError``) and ``segment_formats`` how it is written (text, tsv, json, srt, vtt). The command line
+is ``ssm_fairseq.cli.transcribe`` (``ssm-transcribe``); ``options``, ``endpoints``, ``transcripts`` and
+``segment_formats`` import no torch, so that it parses its arguments and writes its outputs without.
 
 ``Recognizer``, ``Stream`` and ``transcribe`` are importable from here; they are imported on first use, so that the
 torch-only subpackages (``encoder``, the transducer's parts) import without fairseq.

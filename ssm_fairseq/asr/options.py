@@ -1,16 +1,37 @@
-"""How a ``Recognizer`` decodes: the search, batching and precision settings, checked once, and the device."""
+"""How a ``Recognizer`` decodes: the search, batching and precision settings, checked once, and the device.
+
+Imports no torch at module level (``choose_device`` and ``PRECISIONS`` import it when used), so that the command
+line can parse and check its options before it knows whether it needs torch.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from .search.hypothesis import MAX_SYMBOLS_PER_FRAME
-from .transducer.task import SEARCHES
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_MAX_TOKENS = 12000  # fairseq-generate's when neither --max-tokens nor --batch-size is given
-PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+PRECISION_NAMES = ("float32", "float16", "bfloat16")  # each the name of a torch dtype
+SEARCHES = ("exact", "modified")  # the speech_transducer task's --search choices
+# Labels a hypothesis may emit within one encoder frame before the search moves it to the next frame. High enough
+# never to bind on a trained model (torchaudio's default too); it only bounds the work on an untrained one.
+MAX_SYMBOLS_PER_FRAME = 100
+
+
+def __getattr__(name: str):
+    """``PRECISIONS``: precision name -> torch dtype, imported on first use (PEP 562)."""
+    if name == "PRECISIONS":
+        import torch
+        return {precision: getattr(torch, precision) for precision in PRECISION_NAMES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def precision_dtype(precision: str) -> torch.dtype:
+    """The torch dtype of a ``PRECISION_NAMES`` name."""
+    import torch
+    return getattr(torch, precision)
 
 
 @dataclass(frozen=True)
@@ -53,8 +74,8 @@ class DecodingOptions:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.search not in SEARCHES:
             raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {self.precision!r}")
+        if self.precision not in PRECISION_NAMES:
+            raise ValueError(f"precision must be one of {sorted(PRECISION_NAMES)}, got {self.precision!r}")
 
     @property
     def batch_max_tokens(self) -> int | None:
@@ -71,6 +92,7 @@ class DecodingOptions:
 
 def choose_device(device: str | torch.device | None) -> torch.device:
     """``device``, by default cuda if available, else cpu; ``ValueError`` for cuda where there is none."""
+    import torch
     chosen = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {chosen} asked for, but CUDA is not available here (--cpu decodes on CPU)")

@@ -6,18 +6,20 @@
     a, b = recognizer.stream(), recognizer.stream()               # live streams sharing the model (causal models)
     a.accept_waveform(chunk_of_a); b.accept_waveform(chunk_of_b)  # each keeps its own state
     text, words = a.finish()
+    partials = recognizer.step_streams({a: chunk_of_a, b: chunk_of_b})  # or: many streams as one batch
 
 A ``Recognizer`` holds what is loaded once and read, never changed, by what it serves: the model in eval mode,
 the dictionary, the config's feature transforms for evaluation splits, the generator (search settings, optional
 LM), the detokenizer and the frame duration for timestamps. A ``Stream`` (``ssm_fairseq.asr.stream``) holds one
-stream's state; ``ssm_fairseq.asr.offline`` decodes files in padded batches.
+stream's state; ``step_streams`` steps many streams' encoders as one batch (``ssm_fairseq.asr.stream_batch``);
+``ssm_fairseq.asr.offline`` decodes files in padded batches.
 """
 from __future__ import annotations
 
 import logging
 from argparse import Namespace
 from pathlib import Path
-from typing import Literal, Sequence, overload
+from typing import Hashable, Literal, Mapping, Sequence, overload
 
 import numpy as np
 import torch
@@ -30,10 +32,11 @@ from ..integrity.language_model_check import load_language_model
 from .search.transducer_generator import TransducerGenerator
 from .search.word_timestamps import TimedWord, word_timestamps
 from .encoder.subsampling import subsampling_stride
-from . import offline
+from . import offline, stream_batch
 from .checkpoint import load_checkpoint
+from .endpoints import EndpointRules
 from .features.transforms import NonFiniteFeaturesError, streaming_transform_problem, transformed
-from .options import PRECISIONS, DecodingOptions, choose_device
+from .options import DecodingOptions, choose_device, precision_dtype
 from .stream import Stream
 from .transcripts import TimedTranscript
 
@@ -51,8 +54,9 @@ class Recognizer:
             ``blank_penalty``, ``max_tokens``, ``batch_size``, ``precision``, ``lm_path``, ``lm_weight``,
             ``lm_eos``). The LM is loaded with the data directory's ``dict.txt``, which must hold the units.
 
-    ``frame_seconds`` is the time one encoder frame stands for (the sub-sampling stride x 10 ms), which turns
-    emission frames into word times (``transcribe(paths, timestamps=True)``, ``timed_words``).
+    ``frame_seconds`` is the time one encoder frame stands for (the sub-sampling stride x 10 ms, ``encoder_stride``
+    filterbank frames), which turns emission frames into word times (``transcribe(paths, timestamps=True)``,
+    ``timed_words``).
     """
 
     def __init__(self, checkpoint: Path | str, data_dir: Path | str | None = None,
@@ -73,8 +77,8 @@ class Recognizer:
         self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
             self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
-        stride = subsampling_stride(self.model.cfg.subsampler, self.model.cfg.tr_stride)
-        self.frame_seconds = stride * FRAME_SHIFT_SAMPLES / SAMPLE_RATE
+        self.encoder_stride = subsampling_stride(self.model.cfg.subsampler, self.model.cfg.tr_stride)
+        self.frame_seconds = self.encoder_stride * FRAME_SHIFT_SAMPLES / SAMPLE_RATE
         dtype = str(self.dtype).removeprefix("torch.")  # what decodes, not only what was asked
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
                     f"parameters, on {self.device} in {dtype}; {self.options.describe_search()}")
@@ -87,7 +91,7 @@ class Recognizer:
         model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         model.to(self.device)
         model.prepare_for_inference_(cfg)  # eval mode, as fairseq-generate prepares it
-        return model.to(PRECISIONS[self.options.precision])  # the generator casts the features to the model's dtype
+        return model.to(precision_dtype(self.options.precision))  # the generator casts the features to its dtype
 
     def _build_generator(self, data: str) -> TransducerGenerator:
         """The task's generator with the options' search, fused with the options' LM if any."""
@@ -114,13 +118,21 @@ class Recognizer:
         except NonFiniteFeaturesError as error:
             raise AudioError(path, str(error)) from error
 
-    @torch.no_grad()
+    def transform_chunk(self, features: np.ndarray) -> np.ndarray:
+        """A stream's next ``T x 80`` filterbank frames (``T`` may be 0) -> the ``T x 80`` features the model saw in
+        training (``features.transformed``: per-frame transforms; ``NonFiniteFeaturesError`` unless finite)."""
+        return np.ascontiguousarray(transformed(self.feature_transforms, features), dtype=np.float32)
+
     def encode_chunk(self, features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
         """A stream's next ``T x 80`` filterbank frames (``T`` may be 0) -> the ``1 x T' x D`` encoder frames they
-        complete, through ``features.transformed`` (``NonFiniteFeaturesError``) and the causal encoder's
-        ``step``; ``cache`` holds the stream's encoder state between calls (empty at its start), ``final`` ends
-        it."""
-        features = np.ascontiguousarray(transformed(self.feature_transforms, features))
+        complete, through ``transform_chunk`` (``NonFiniteFeaturesError``) and ``encode_features``."""
+        return self.encode_features(self.transform_chunk(features), cache, final)
+
+    @torch.no_grad()
+    def encode_features(self, features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
+        """A stream's next ``T x 80`` transformed frames (``transform_chunk``; ``T`` may be 0) -> the ``1 x T' x D``
+        encoder frames they complete, through the causal encoder's ``step``; ``cache`` holds the stream's encoder
+        state between calls (empty at its start), ``final`` ends it."""
         return self.model.encoder.step(torch.from_numpy(features).to(self.device, self.dtype).unsqueeze(0), cache,
                                        final)
 
@@ -133,16 +145,25 @@ class Recognizer:
             return str(error)
         return streaming_transform_problem(self.feature_transforms)
 
-    def stream(self, timestamps: bool = False) -> Stream:
+    def stream(self, timestamps: bool = False, endpoints: EndpointRules | None = None) -> Stream:
         """A new ``Stream`` on this recognizer's model: make one per source (they share the model, not their
-        state). ``timestamps``: time its final transcripts' words. Raises ``ValueError`` for a model or data
-        directory that cannot stream (``streaming_problem``), or timestamps a pre-tokenizer prevents."""
+        state). ``timestamps``: time its final transcripts' words; ``endpoints``: cut it into segments by these
+        rules (``ssm_fairseq.asr.endpoints``; None: one segment per utterance). Raises ``ValueError`` for a model
+        or data directory that cannot stream (``streaming_problem``), or timestamps a pre-tokenizer prevents."""
         problem = self.streaming_problem()
         if problem:
             raise ValueError(problem)
         if timestamps:
             self.check_timestamps()
-        return Stream(self, timestamps)
+        return Stream(self, timestamps, endpoints)
+
+    def step_streams(self, chunks: Mapping[Stream, np.ndarray | torch.Tensor],
+                     sources: Mapping[Stream, Hashable] | None = None) -> dict[Stream, str]:
+        """Continue each of this recognizer's streams in ``chunks`` with its samples, their encoders stepped as one
+        batch -> each stream's partial transcript, the one ``stream.accept_waveform(samples, source)`` gives
+        (``ssm_fairseq.asr.stream_batch.step_streams``, which says more). Streams join a step by having a chunk in
+        it, and leave by ``finish``."""
+        return stream_batch.step_streams(self, chunks, sources)
 
     @overload
     def transcribe(self, paths: Sequence[Path | str], timestamps: Literal[False] = False) -> list[str]: ...

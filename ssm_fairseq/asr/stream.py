@@ -7,41 +7,59 @@
                                                 # the next sample starts a new utterance on the same stream
     text, words = stream.stream_file("a.flac", 320)  # a whole file as a stream of 320 ms chunks
 
-A ``Stream`` holds one stream's state (the streaming filterbank, the encoder's step cache, the search's hypotheses,
-the samples accepted and the source named by its first chunk); the ``Recognizer`` holds what every stream only
-reads. An utterance starts with the first ``accept_waveform`` after creation, ``finish`` or ``reset``, and every
-chunk up to ``finish`` continues it: give each chunk its ``source`` (a file name, a connection id) and a chunk of
-another source is refused (``StreamInProgressError``); ``stream_file`` is refused while an utterance is in progress,
-and owns its utterance from start to end. A stream serves one call at a time: a call made while another is running
-(from another thread, or from ``stream_file``'s ``on_partial`` callback) is refused (``ConcurrentCallError``) rather
-than waited for. Streams of one recognizer may run in different threads.
+    stream = recognizer.stream(endpoints=EndpointRules())  # cut into segments at pauses (ssm_fairseq.asr.endpoints)
+    stream.accept_waveform(samples)             # the partial transcript of the segment in progress
+    stream.segments                             # the segments ended so far: Segment(start, end, text, words)
+    segments = stream.finish_segments()         # all of them, the last one ended (stream_file_segments: a file's)
 
-Each chunk goes through the filterbank (``StreamingFilterbank``), the config's feature transforms (checked finite,
-as offline), the encoder's ``step`` (every SSM carries its state from chunk to chunk: the work per chunk does not
-grow with the stream) and a search that keeps its hypotheses between chunks (``TransducerGenerator.search``). So the
-final transcript is the one ``Recognizer.transcribe`` gives offline for the same audio, whatever the chunk sizes:
-token for token in float32 (the recurrence and the offline FFT convolution differ by float32 rounding, about 1e-6);
-in bfloat16 or float16 each path rounds differently, about as much as either differs from float32. The partial
-transcript ranks the hypotheses as the final one does (length-normalised, ``--lenpen``), so after the stream's last
-encoder frame the partial transcript is the final one.
+A ``Stream`` holds one stream's state (the streaming filterbank, the transformed frames waiting for a whole
+sub-sampling group, the encoder's step cache, the search's hypotheses, the segments ended, the samples accepted
+and the source named by its first chunk); the ``Recognizer`` holds what every stream only reads. An utterance
+starts with the first ``accept_waveform`` after creation, ``finish`` or ``reset``, and every chunk up to ``finish``
+continues it: give each chunk its ``source`` (a file name, a connection id) and a chunk of another source is
+refused (``StreamInProgressError``); ``stream_file`` is refused while an utterance is in progress, and owns its
+utterance from start to end. A stream serves one call at a time: a call made while another is running (from
+another thread, or from ``stream_file``'s ``on_partial`` callback) is refused (``ConcurrentCallError``) rather
+than waited for. Streams of one recognizer may run in different threads, or be stepped together as one batch
+(``Recognizer.step_streams``, ``ssm_fairseq.asr.stream_batch``).
+
+Each chunk goes through the filterbank (``StreamingFilterbank``) and the config's feature transforms (checked
+finite, as offline); the frames wait until they fill whole sub-sampling groups (4 frames for the ``tr`` and ``ms``
+sub-samplers), which go through the encoder's ``step`` (every SSM carries its state from chunk to chunk: the work
+per chunk does not grow with the stream) and a search that keeps its hypotheses between chunks
+(``TransducerGenerator.search``); ``finish`` sends the last, partial group. So the final transcript is the one
+``Recognizer.transcribe`` gives offline for the same audio, whatever the chunk sizes: token for token in float32
+(the recurrence and the offline FFT convolution differ by float32 rounding, about 1e-6); in bfloat16 or float16
+each path rounds differently, about as much as either differs from float32. The partial transcript ranks the
+hypotheses as the final one does (length-normalised, ``--lenpen``), so after the stream's last encoder frame the
+partial transcript is the final one.
+
+With ``endpoints`` (``EndpointRules``), the stream is cut into segments: after each chunk the rules look at the
+segment's best hypothesis, and at an endpoint the segment ends (its final transcript, as ``finish`` gives it, with
+its start and end in seconds from the utterance's start) and the search starts afresh (the language model's
+context too: each search has its own), while the filterbank and the encoder carry on. Segments without a word are
+not kept. Without endpoints the utterance is one segment, from 0 to its length, kept even without a word.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator
 
 import numpy as np
 import torch
 
-from .features.audio_features import SAMPLE_RATE, AudioError, read_16k_mono
+from .endpoints import EndpointRules
+from .features.audio_features import NUM_MEL_BINS, SAMPLE_RATE, AudioError, read_16k_mono
 from .features.filterbank import StreamingFilterbank
 from .features.transforms import NonFiniteFeaturesError
 from .samples import check_sample_range, chunk_samples
-from .transcripts import TimedTranscript
+from .search.hypothesis import Hypothesis
+from .transcripts import Segment, TimedTranscript, joined
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
@@ -60,28 +78,23 @@ class ConcurrentCallError(RuntimeError):
 
 
 def _one_call_at_a_time(method):
-    """``method`` of a ``Stream`` run holding its call lock, never waiting for it: ``ConcurrentCallError`` naming
-    the running call if another holds it."""
+    """``method`` of a ``Stream`` run holding its call lock (``Stream.held``), never waiting for it."""
     @functools.wraps(method)
     def exclusive(self: Stream, *args, **kwargs):
-        if not self._lock.acquire(blocking=False):
-            raise ConcurrentCallError(self._busy(method.__name__))
-        self._running = (method.__name__, threading.current_thread())
-        try:
+        with self.held(method.__name__):
             return method(self, *args, **kwargs)
-        finally:
-            self._running = None
-            self._lock.release()
     return exclusive
 
 
 class Stream:
     """One stream's state on a shared ``Recognizer`` (made by ``Recognizer.stream``, which checks that the model
-    can stream). ``timestamps``: time the final transcripts' words (off: ``finish`` gives no words)."""
+    can stream). ``timestamps``: time the final transcripts' words (off: ``finish`` gives no words);
+    ``endpoints``: cut the stream into segments by these rules (None: one segment)."""
 
-    def __init__(self, recognizer: Recognizer, timestamps: bool = False):
+    def __init__(self, recognizer: Recognizer, timestamps: bool = False, endpoints: EndpointRules | None = None):
         self.recognizer = recognizer
         self.timestamps = timestamps
+        self.endpoints = endpoints
         self._lock = threading.Lock()
         self._running: tuple[str, threading.Thread] | None = None  # the call holding the lock, and its thread
         self._new_utterance()
@@ -89,10 +102,31 @@ class Stream:
     def _new_utterance(self) -> None:
         """No utterance in progress: the next sample accepted starts one."""
         self.filterbank = StreamingFilterbank()
+        self.waiting = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # transformed frames short of a whole group
         self.encoder_cache: dict = {}
-        self.search = self.recognizer.generator.search(1, self.recognizer.device)
         self.in_progress = False  # a chunk accepted since the utterance started
         self.source: Hashable | None = None  # what the utterance's chunks come from, as its first chunk said
+        self.segments: list[Segment] = []  # the segments ended so far by endpoints
+        self._new_segment(0)
+
+    def _new_segment(self, start_frame: int) -> None:
+        """A new search, for the segment starting at the utterance's encoder frame ``start_frame``."""
+        self.search = self.recognizer.generator.search(1, self.recognizer.device)
+        self.segment_start = start_frame
+        self.best: Hypothesis | None = None  # the segment's best hypothesis so far (``search.partial``)
+
+    @contextlib.contextmanager
+    def held(self, call: str) -> Iterator[None]:
+        """Hold this stream's call lock for ``call`` (a name, for errors), never waiting for it:
+        ``ConcurrentCallError`` naming the running call if another holds it."""
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentCallError(self._busy(call))
+        self._running = (call, threading.current_thread())
+        try:
+            yield
+        finally:
+            self._running = None
+            self._lock.release()
 
     @property
     def seconds_accepted(self) -> float:
@@ -104,25 +138,77 @@ class Stream:
         """Discard the utterance in progress, if any: the next sample starts a new one."""
         self._new_utterance()
 
-    @torch.no_grad()
-    def _advance(self, features: np.ndarray, final: bool) -> None:
-        """``T x 80`` filterbank frames (``T`` may be 0) -> the encoder frames they complete, into the search."""
-        encoded = self.recognizer.encode_chunk(features, self.encoder_cache, final)
-        if encoded.shape[1]:
-            self.search.advance(encoded)
+    def check_chunk(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> None:
+        """Errors for a chunk this stream would refuse (see ``accept_waveform``), before anything is changed."""
+        if self.in_progress and source != self.source:
+            raise StreamInProgressError(
+                f"accept_waveform(source={source!r}): the stream in progress is {self._describe()}; a stream "
+                f"transcribes one source at a time: finish() it first (or reset() to discard it), or open one stream "
+                f"per source (Recognizer.stream(): streams share the loaded model)")
+        check_sample_range(samples, self.filterbank.samples_accepted)
+        self.filterbank._validated(samples)  # the filterbank's checks, before any stream changes
 
-    def _accept(self, samples: np.ndarray | torch.Tensor) -> str:
-        """Continue the utterance with ``samples`` -> the partial transcript: the best hypothesis so far, ranked as
-        ``finish`` ranks (``score / (labels + 1) ** lenpen``), in words."""
-        self._advance(self.filterbank.accept_waveform(samples), final=False)
-        self.in_progress = True
-        return self.recognizer.text(self.search.partial(self.recognizer.generator.length_norm)[0].tokens)
+    def take_samples(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> None:
+        """Continue the utterance of ``source`` with ``samples``: their filterbank frames, transformed, wait for the
+        encoder (``encoder_input``)."""
+        frames = self.recognizer.transform_chunk(self.filterbank.accept_waveform(samples))
+        self.waiting = np.concatenate([self.waiting, frames]) if len(self.waiting) else frames
+        self.in_progress, self.source = True, source
+
+    def encoder_input(self, final: bool) -> np.ndarray:
+        """The waiting frames the encoder takes now, ``n x 80``, removed from the wait: as many whole sub-sampling
+        groups as there are (all of them if ``final``, the stream ending), so that no frame waits in the encoder's
+        cache and streams at the same point of their chunking have caches of the same shapes (``stack_caches``)."""
+        take = len(self.waiting) if final else len(self.waiting) // self.recognizer.encoder_stride * \
+            self.recognizer.encoder_stride
+        frames, self.waiting = self.waiting[:take], self.waiting[take:]
+        return frames
+
+    def search_frames(self, encoded: torch.Tensor) -> None:
+        """The next ``1 x m x D`` encoder frames of the utterance (``m`` may be 0) into the search; then, with
+        endpoints, end the segment if a rule says so."""
+        if not encoded.shape[1]:
+            return
+        self.search.advance(encoded)
+        self.best = None
+        if self.endpoints is not None:
+            best = self.partial_hypothesis()
+            frames = self.search.frames_done[0]
+            trailing = frames - (best.frames[-1] + 1) if best.tokens else frames
+            seconds = self.recognizer.frame_seconds
+            if self.endpoints.rule(frames * seconds, trailing * seconds, bool(best.tokens)) is not None:
+                self._end_segment(final=False)
+
+    def partial_hypothesis(self) -> Hypothesis:
+        """The segment's best hypothesis so far, ranked as ``finish`` ranks (``score / (labels + 1) ** lenpen``)."""
+        if self.best is None:
+            self.best = self.search.partial(self.recognizer.generator.length_norm)[0]
+        return self.best
+
+    def partial_text(self) -> str:
+        """The partial transcript of the segment in progress (the utterance, without endpoints), in words."""
+        return self.recognizer.text(self.partial_hypothesis().tokens)
+
+    @torch.no_grad()
+    def _advance(self, final: bool) -> None:
+        """The waiting frames the encoder takes now (``encoder_input``) -> the encoder frames they complete, into
+        the search. Not ``final`` and no whole group waiting: nothing to do (the encoder's cache is made by its first
+        frames)."""
+        frames = self.encoder_input(final)
+        if len(frames) or final:
+            self.search_frames(self.recognizer.encode_features(frames, self.encoder_cache, final))
+
+    def _accept(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> str:
+        """Continue the utterance with ``samples`` -> the partial transcript."""
+        self.take_samples(samples, source)
+        self._advance(final=False)
+        return self.partial_text()
 
     @_one_call_at_a_time
     def accept_waveform(self, samples: np.ndarray | torch.Tensor, source: Hashable | None = None) -> str:
         """The next samples (1-D, 16 kHz mono, float in [-1, 1]) -> the partial transcript: the best hypothesis over
-        the encoder frames complete so far, in words. The first chunk after creation, ``finish`` or ``reset``
-        starts an utterance.
+        the encoder frames complete so far, in words (of the segment in progress, with endpoints). The first chunk
+        after creation, ``finish`` or ``reset`` starts an utterance.
 
         ``source``: what the samples come from (any hashable: a file name, a connection id); every chunk of an
         utterance must give its first chunk's (None included), so that another source's chunk is refused rather
@@ -131,38 +217,49 @@ class Stream:
         samples that are not 1-D floats or not finite (a refused chunk leaves the stream as it was), or for
         features that are not finite after the transforms (``NonFiniteFeaturesError``: ``reset`` the stream).
         """
-        if self.in_progress and source != self.source:
-            raise StreamInProgressError(
-                f"accept_waveform(source={source!r}): the stream in progress is {self._describe()}; a stream "
-                f"transcribes one source at a time: finish() it first (or reset() to discard it), or open one stream "
-                f"per source (Recognizer.stream(): streams share the loaded model)")
-        check_sample_range(samples, self.filterbank.samples_accepted)
-        partial = self._accept(samples)
-        self.source = source
-        return partial
+        self.check_chunk(samples, source)
+        return self._accept(samples, source)
 
     @_one_call_at_a_time
     def finish(self) -> TimedTranscript:
         """End the utterance: ``TimedTranscript(text, words)``, the final transcript and its words with their start
-        and end times in seconds from the utterance's start (``Recognizer.timed_words``). The next sample accepted
-        starts a new utterance."""
+        and end times in seconds from the utterance's start (``Recognizer.timed_words``); with endpoints, its
+        segments' joined. The next sample accepted starts a new utterance."""
+        return joined(self._finish())
+
+    @_one_call_at_a_time
+    def finish_segments(self) -> list[Segment]:
+        """End the utterance: its segments (``Segment(start, end, text, words)``, seconds from its start; words
+        with timestamps), the last one ended here. Without endpoints, one. The next sample starts a new
+        utterance."""
+        return self._finish()
+
+    def _finish(self, path: Path | str | None = None) -> list[Segment]:
         try:
-            return self._final()
+            self._advance(final=True)
+            self._end_segment(final=True, path=path)
+            return self.segments
         finally:
             self._new_utterance()
 
-    def _final(self, path: Path | str | None = None) -> TimedTranscript:
-        """The utterance's final transcript; a non-finite score raises ``ValueError`` (``AudioError`` naming
-        ``path`` if given)."""
-        duration = self.seconds_accepted
-        self._advance(np.zeros((0, StreamingFilterbank.num_mel_bins), dtype=np.float32), final=True)
+    def _end_segment(self, final: bool, path: Path | str | None = None) -> None:
+        """End the segment in progress (with ``final``, the utterance's last): its final transcript into
+        ``segments`` (unless endpoints are on and it has no word), then a new search from the next frame. A
+        non-finite score raises ``ValueError`` (``AudioError`` naming ``path`` if given)."""
         (best, *_), = self.search.finish(1, self.recognizer.generator.length_norm)
         if not math.isfinite(best.score):
             problem = (f"the hypothesis score is not finite (NaN or inf): the {self.recognizer.dtype} model computed "
                        "NaN or inf")
             raise ValueError(problem) if path is None else AudioError(path, problem)
-        words = self.recognizer.timed_words(best.tokens, best.frames, duration) if self.timestamps else []
-        return TimedTranscript(self.recognizer.text(best.tokens), words)
+        seconds, duration = self.recognizer.frame_seconds, self.seconds_accepted
+        frames = self.search.frames_done[0]
+        start, end = self.segment_start * seconds, duration if final else (self.segment_start + frames) * seconds
+        words = (self.recognizer.timed_words(best.tokens, [self.segment_start + f for f in best.frames], duration)
+                 if self.timestamps else [])
+        text = self.recognizer.text(best.tokens)
+        if text or self.endpoints is None:
+            self.segments.append(Segment(min(start, end), end, text, words))
+        self._new_segment(self.segment_start + frames)
 
     @_one_call_at_a_time
     def stream_file(self, path: Path | str, chunk_ms: float, on_partial: PartialCallback | None = None
@@ -176,6 +273,15 @@ class Stream:
         if an utterance is in progress (from ``accept_waveform``), and ``AudioError`` naming a bad file (NaN or
         inf samples or features too). The utterance ends with the call, whatever happens.
         """
+        return joined(self._stream_file(path, chunk_ms, on_partial))
+
+    @_one_call_at_a_time
+    def stream_file_segments(self, path: Path | str, chunk_ms: float, on_partial: PartialCallback | None = None
+                             ) -> list[Segment]:
+        """``stream_file``, giving the file's segments (``finish_segments``) rather than their joined transcript."""
+        return self._stream_file(path, chunk_ms, on_partial)
+
+    def _stream_file(self, path: Path | str, chunk_ms: float, on_partial: PartialCallback | None) -> list[Segment]:
         step = chunk_samples(chunk_ms)
         if self.in_progress:
             raise StreamInProgressError(
@@ -186,20 +292,20 @@ class Stream:
             logger.info(f"{path}: not 16 kHz mono: {conversion} (to 16 kHz mono)")
         if not np.isfinite(samples).all():
             raise AudioError(path, "samples are not finite (NaN or inf in the audio)")
-        self.source = str(path)
         try:
-            self._stream_samples(samples, step, on_partial)
-            return self._final(path)
+            self._stream_samples(samples, step, str(path), on_partial)
+            return self._finish(path)
         except NonFiniteFeaturesError as error:
             raise AudioError(path, str(error)) from error
         finally:
             self._new_utterance()
 
-    def _stream_samples(self, samples: np.ndarray, step: int, on_partial: PartialCallback | None) -> None:
+    def _stream_samples(self, samples: np.ndarray, step: int, source: str, on_partial: PartialCallback | None
+                        ) -> None:
         """Accept ``samples`` ``step`` at a time, calling ``on_partial(seconds, text)`` whenever the text changes."""
         shown = ""
         for start in range(0, len(samples), step):
-            partial = self._accept(samples[start:start + step])
+            partial = self._accept(samples[start:start + step], source)
             if partial != shown and on_partial is not None:
                 on_partial(self.seconds_accepted, partial)
             shown = partial

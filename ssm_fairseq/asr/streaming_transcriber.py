@@ -24,10 +24,11 @@ from typing import Hashable
 import numpy as np
 import torch
 
+from .endpoints import EndpointRules
 from .recognizer import Recognizer
 from .samples import SampleRangeError, check_sample_range, chunk_samples
 from .stream import ConcurrentCallError, PartialCallback, StreamInProgressError
-from .transcripts import TimedTranscript
+from .transcripts import Segment, TimedTranscript
 
 __all__ = ["StreamingTranscriber", "StreamInProgressError", "ConcurrentCallError", "SampleRangeError",
            "chunk_samples", "check_sample_range", "PartialCallback"]
@@ -39,13 +40,16 @@ class StreamingTranscriber:
     Arguments as ``Recognizer``'s (``checkpoint``, ``data_dir``, ``device``, ``beam``, ``search``,
     ``max_symbols_per_frame``, ``lenpen``, ``blank_penalty``, ``precision``, ``lm_path``, ``lm_weight``,
     ``lm_eos``); ``timestamps``: time the final transcript's words (needs a config without a pre-tokenizer; off:
-    ``finish`` gives no words). Raises ``ValueError`` for a model whose encoder cannot run chunk by chunk, a data
-    directory whose feature transforms need the whole utterance, or timestamps with a pre-tokenizer.
+    ``finish`` gives no words); ``endpoints``: cut the stream into segments by these rules
+    (``ssm_fairseq.asr.endpoints``; ``finish_segments``, ``stream_file_segments``). Raises ``ValueError`` for a
+    model whose encoder cannot run chunk by chunk, a data directory whose feature transforms need the whole
+    utterance, or timestamps with a pre-tokenizer.
     """
 
-    def __init__(self, checkpoint: Path | str, timestamps: bool = False, **options):
+    def __init__(self, checkpoint: Path | str, timestamps: bool = False, endpoints: EndpointRules | None = None,
+                 **options):
         self.offline = Recognizer(checkpoint, **options)
-        self.stream = self.offline.stream(timestamps)
+        self.stream = self.offline.stream(timestamps, endpoints)
 
     @property
     def seconds_accepted(self) -> float:
@@ -60,6 +64,10 @@ class StreamingTranscriber:
         """``Stream.finish``: end the stream -> ``TimedTranscript(text, words)``."""
         return self.stream.finish()
 
+    def finish_segments(self) -> list[Segment]:
+        """``Stream.finish_segments``: end the stream -> its segments."""
+        return self.stream.finish_segments()
+
     def reset(self) -> None:
         """``Stream.reset``: discard the stream in progress, if any."""
         self.stream.reset()
@@ -68,3 +76,8 @@ class StreamingTranscriber:
                     ) -> TimedTranscript:
         """``Stream.stream_file``: an audio file as a stream of ``chunk_ms`` chunks -> its final transcript."""
         return self.stream.stream_file(path, chunk_ms, on_partial)
+
+    def stream_file_segments(self, path: Path | str, chunk_ms: float, on_partial: PartialCallback | None = None
+                             ) -> list[Segment]:
+        """``Stream.stream_file_segments``: an audio file as a stream of ``chunk_ms`` chunks -> its segments."""
+        return self.stream.stream_file_segments(path, chunk_ms, on_partial)

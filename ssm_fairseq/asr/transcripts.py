@@ -1,11 +1,18 @@
-"""What recognition gives: transcripts with timed words, the ``--timestamps`` column, and the error naming every
-file that cannot be transcribed."""
+"""What recognition gives: transcripts with timed words, their segments, the ``--timestamps`` column, and the error
+naming every file that cannot be transcribed.
+
+Pure Python (no torch): the command line's output writers (``segment_formats``) use it whatever model ran.
+"""
 from __future__ import annotations
 
 import json
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence, Union
 
-from .search.word_timestamps import TimedWord
+if TYPE_CHECKING:
+    from .search.word_timestamps import TimedWord
+
+# A word and its start and end in seconds: a ``TimedWord``, or the plain ``(word, start, end)`` tuple it equals.
+TimedWordLike = Union["TimedWord", tuple[str, float, float]]
 
 
 class TimedTranscript(NamedTuple):
@@ -18,6 +25,23 @@ class TimedTranscript(NamedTuple):
     words: list[TimedWord]
 
 
+class Segment(NamedTuple):
+    """A stretch ``[start, end]`` of a file or stream (seconds from its start) and its transcript: ``text`` and
+    its ``words`` with their times, within the segment (none without timestamps). A file or stream is one segment,
+    or the consecutive segments its endpoints cut (``ssm_fairseq.asr.endpoints``)."""
+
+    start: float
+    end: float
+    text: str
+    words: list[TimedWordLike]
+
+
+def joined(segments: Sequence[Segment]) -> TimedTranscript:
+    """Segments -> the ``TimedTranscript`` of them all: their texts joined by a space (empty ones left out), their
+    words in order. One segment gives its own text and words."""
+    return TimedTranscript(" ".join(s.text for s in segments if s.text), [w for s in segments for w in s.words])
+
+
 class InputError(ValueError):
     """Audio files that cannot be transcribed, one line each naming the file."""
 
@@ -26,6 +50,6 @@ class InputError(ValueError):
         self.problems = problems
 
 
-def timed_words_json(words: Sequence[TimedWord]) -> str:
+def timed_words_json(words: Sequence[TimedWordLike]) -> str:
     """``--timestamps``' third column: ``[[word, start, end], ...]`` in seconds rounded to 0.01, on one line."""
-    return json.dumps([[w.word, round(w.start, 2), round(w.end, 2)] for w in words], ensure_ascii=False)
+    return json.dumps([[word, round(start, 2), round(end, 2)] for word, start, end in words], ensure_ascii=False)

@@ -16,16 +16,27 @@ of the file, rounded to 0.01)::
 encoder frames at which the search emitted its first and last units (``ssm_fairseq.asr.search.word_timestamps``):
 when the model decided on the word, which may lag the sound.
 
+Segments: each file is one segment, from 0 to its length, unless ``--endpoints`` cuts it where the speaker pauses
+(``ssm_fairseq.asr.endpoints``: the rules, their defaults and why; ``--endpoint-*`` and ``--max-segment`` set
+them). Streamed, the search (and the LM's context) restarts at each endpoint while the encoder carries on;
+offline, the transcript's timed words are cut by the same rules. ``--format`` writes the segments
+(``ssm_fairseq.asr.segment_formats``): ``text`` (the lines above), ``tsv`` (a row per segment with its start and
+end), ``json`` (files, segments, and words with ``--timestamps``), ``srt`` and ``vtt`` (subtitles, a cue per
+segment). ``--output-dir DIR`` writes each audio file's output to ``DIR/NAME.EXT`` (``NAME`` the audio file's name
+without its extension), which subtitles of several files need.
+
 The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
 directory and ``config.yaml`` (``--data-dir`` replaces it when the checkpoint has moved machines); features are
 those of training (``ssm_fairseq.asr.features.audio_features``, then the config's transforms for evaluation splits),
-and files
-are batched and decoded as ``fairseq-generate`` batches a manifest (``ssm_fairseq.asr.offline``), with the units
-joined into words as ``--post-process sentencepiece`` joins them. Every file is checked before decoding: missing,
-unreadable, empty or too long ones are all named in one error, and none is skipped. File names holding a tab or a
-line break are refused (they would break the ``PATH<TAB>transcript`` lines). The checkpoint is checked as
+and files are batched and decoded as ``fairseq-generate`` batches a manifest (``ssm_fairseq.asr.offline``), with
+the units joined into words as ``--post-process sentencepiece`` joins them. Every file is checked before decoding:
+missing, unreadable, empty or too long ones are all named in one error, and none is skipped. File names holding a
+tab or a line break are refused (they would break the ``PATH<TAB>transcript`` lines). The checkpoint is checked as
 fairseq-generate checks it (``ssm_fairseq.integrity.checkpoint_checks``). From Python, use
 ``ssm_fairseq.asr.Recognizer``.
+
+This module imports nothing that needs torch (or fairseq) at module level: the model's code is imported by the
+paths that run it, so that the command line parses, checks its arguments and writes its outputs without them.
 """
 from __future__ import annotations
 
@@ -34,14 +45,18 @@ import logging
 import sys
 import time
 from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..asr.offline import file_frames
-from ..asr.options import DEFAULT_MAX_TOKENS, DecodingOptions
-from ..asr.recognizer import Recognizer
-from ..asr.samples import chunk_samples
-from ..asr.transcripts import InputError, TimedTranscript, timed_words_json
-from ..asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ..asr.transducer.task import SEARCHES
+from ..asr.endpoints import (DEFAULT_MAX_SEGMENT, DEFAULT_SILENCE_AFTER_SPEECH, DEFAULT_SILENCE_WITHOUT_SPEECH,
+                             EndpointRules, split_words)
+from ..asr.options import DEFAULT_MAX_TOKENS, MAX_SYMBOLS_PER_FRAME, SEARCHES, DecodingOptions
+from ..asr.segment_formats import EXTENSIONS, FORMATS, SUBTITLE_FORMATS, FileSegments, format_files, format_tsv
+from ..asr.transcripts import InputError, Segment
+from ..atomic_files import replacing
+
+if TYPE_CHECKING:
+    from ..asr.recognizer import Recognizer
 
 logger = logging.getLogger("ssm_fairseq.transcribe")
 
@@ -72,10 +87,6 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
     parser.add_argument("--batch-size", type=int, default=None, help="most files in a batch")
-    parser.add_argument("--timestamps", action="store_true",
-                        help="add a third column: the words with their times, a JSON list of [word, start, end] in "
-                             "seconds (rounded to 0.01), from the encoder frames at which the search emitted each "
-                             "word's first and last units (when the model decided, which may lag the sound)")
     parser.add_argument("--stream", action="store_true",
                         help="decode each file as a live stream, chunk by chunk (a causal model trained on global "
                              "CMVN, e.g. --arch mssm_transducer_streaming): the partial transcript goes to stderr "
@@ -91,12 +102,43 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
                                help=f"decode in {dtype}, as fairseq-generate {flag}")
 
 
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Timestamps, endpoints and the output's format and place."""
+    parser.add_argument("--timestamps", action="store_true",
+                        help="give the words with their times, in seconds, from the encoder frames at which the "
+                             "search emitted each word's first and last units (when the model decided, which may "
+                             "lag the sound): --format text adds a third column, a JSON list of [word, start, end] in "
+                             "seconds (rounded to 0.01); tsv a words column; json a words list per segment")
+    parser.add_argument("--format", choices=FORMATS, default="text", dest="output_format",
+                        help="text: PATH<TAB>transcript per file (default); tsv: a header, then "
+                             "path<TAB>start<TAB>end<TAB>text per segment; json: one document of files and their "
+                             "segments; srt, vtt: subtitles, a cue per segment with text (one audio file, or "
+                             "--output-dir)")
+    parser.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
+                        help="write each audio file's output to DIR/NAME.EXT (NAME: the audio file's name without "
+                             "its extension; EXT: txt, tsv, json, srt or vtt) instead of stdout")
+    parser.add_argument("--endpoints", action="store_true",
+                        help="cut each file into segments where the speaker pauses (an endpoint: the rules below); "
+                             "streamed, the search and the LM context restart at each one. Off: a segment per file")
+    parser.add_argument("--endpoint-silence-after-speech", type=float, default=None, metavar="SECONDS",
+                        help="with --endpoints: a segment with words ends after this long without one (default "
+                             f"{DEFAULT_SILENCE_AFTER_SPEECH:g})")
+    parser.add_argument("--endpoint-silence-without-speech", type=float, default=None, metavar="SECONDS",
+                        help="with --endpoints --stream: a segment without a word ends (unwritten) after this long "
+                             f"(default {DEFAULT_SILENCE_WITHOUT_SPEECH:g})")
+    parser.add_argument("--max-segment", type=float, default=None, metavar="SECONDS",
+                        help=f"with --endpoints: the longest segment (default {DEFAULT_MAX_SEGMENT:g})")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line, checked: a usage error (exit 2) for file names a line cannot show, or a bad --chunk-ms."""
+    """The command line, checked: a usage error (exit 2) for file names a line cannot show, a bad --chunk-ms,
+    endpoint rules without --endpoints or out of range, subtitles of several files without --output-dir, or two
+    audio files whose outputs in --output-dir would have the same name."""
     parser = argparse.ArgumentParser(prog="ssm-transcribe",
                                      description="Transcribe audio files with a speech_transducer checkpoint: "
                                                  "prints PATH<TAB>transcript per file, in input order "
-                                                 "(PATH<TAB>transcript<TAB>timed words with --timestamps).")
+                                                 "(PATH<TAB>transcript<TAB>timed words with --timestamps; "
+                                                 "other formats with --format).")
     parser.add_argument("audio", nargs="+", help="audio files (any format soundfile reads, any rate and channels)")
     parser.add_argument("--checkpoint", required=True, help="fairseq-train --task speech_transducer checkpoint")
     parser.add_argument("--data-dir", default=None,
@@ -104,6 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default: the one the checkpoint was trained on)")
     _add_search_arguments(parser)
     _add_running_arguments(parser)
+    _add_output_arguments(parser)
     args = parser.parse_args(argv)
     unprintable = [path for path in args.audio if any(c in path for c in "\t\n\r")]
     if unprintable:
@@ -111,45 +154,118 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.asr.Recognizer from Python)")
     if args.chunk_ms is not None and not args.stream:
         parser.error("--chunk-ms sets the chunks of --stream; add --stream")
-    try:
-        chunk_samples(args.chunk_ms or DEFAULT_CHUNK_MS)
-    except ValueError as error:
-        parser.error(f"--chunk-ms: {error}")
+    if args.stream:
+        from ..asr.samples import chunk_samples  # numpy and the features' constants: only when streaming
+        try:
+            chunk_samples(args.chunk_ms or DEFAULT_CHUNK_MS)
+        except ValueError as error:
+            parser.error(f"--chunk-ms: {error}")
+    args.endpoint_rules = _endpoint_rules(parser, args)
+    if args.output_format in SUBTITLE_FORMATS and len(args.audio) > 1 and args.output_dir is None:
+        parser.error(f"--format {args.output_format}: subtitles hold one audio file; give --output-dir DIR to "
+                     f"write one {args.output_format} file per audio file")
+    if args.output_dir is not None:
+        names = [_output_name(path, args.output_format) for path in args.audio]
+        clash = next((name for name in names if names.count(name) > 1), None)
+        if clash:
+            parser.error(f"--output-dir: two audio files would both write {args.output_dir / clash}")
     return args
+
+
+def _endpoint_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EndpointRules | None:
+    """``--endpoints``' rules, the defaults where no flag sets them; None without ``--endpoints``."""
+    given = {"silence_after_speech": args.endpoint_silence_after_speech,
+             "silence_without_speech": args.endpoint_silence_without_speech, "max_segment": args.max_segment}
+    given = {name: value for name, value in given.items() if value is not None}
+    if not args.endpoints:
+        if given:
+            parser.error(f"--{next(iter(given)).replace('_', '-')}: an endpoint rule; add --endpoints")
+        return None
+    try:
+        return EndpointRules(**given)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def _output_name(path: str, output_format: str) -> str:
+    return f"{Path(path).stem}.{EXTENSIONS[output_format]}"
+
+
+class Output:
+    """Where each file's segments go as they are ready: stdout (``text`` and ``tsv`` line by line, ``json`` and
+    subtitles once complete), or ``--output-dir``, one file per audio file (each replaced only once written)."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.format, self.words, self.directory = args.output_format, args.timestamps, args.output_dir
+        self.held: list[FileSegments] = []
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        elif self.format == "tsv":
+            print(format_tsv([], self.words), end="", flush=True)  # the header
+
+    def add(self, path: str, segments: list[Segment]) -> None:
+        if self.directory is not None:
+            with replacing(self.directory / _output_name(path, self.format)) as temporary:
+                temporary.write_text(format_files([(path, segments)], self.format, self.words), encoding="utf-8")
+        elif self.format == "text":
+            print(format_files([(path, segments)], "text", self.words), end="", flush=True)
+        elif self.format == "tsv":
+            print(format_tsv([(path, segments)], self.words, header=False), end="", flush=True)
+        else:
+            self.held.append((path, segments))
+
+    def close(self) -> None:
+        if self.held:
+            print(format_files(self.held, self.format, self.words), end="", flush=True)
 
 
 def load_recognizer(args: argparse.Namespace) -> Recognizer:
     """The ``Recognizer`` the command line asks for: every ``DecodingOptions`` field from its flag."""
+    from ..asr.recognizer import Recognizer
     options = {field.name: getattr(args, field.name) for field in fields(DecodingOptions)}
     return Recognizer(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None, **options)
 
 
-def print_line(path: str, transcript: TimedTranscript, timestamps: bool) -> None:
-    """``PATH<TAB>transcript`` (and ``<TAB>`` the timed words as JSON with ``timestamps``) on stdout."""
-    columns = [path, transcript.text] + ([timed_words_json(transcript.words)] if timestamps else [])
-    print("\t".join(columns), flush=True)
+def _file_segments(text: str, words: list, duration: float, rules: EndpointRules | None,
+                   timestamps: bool) -> list[Segment]:
+    """An offline transcript -> its segments: one, ``[0, duration]``, or those ``rules`` cut (``split_words``);
+    the words kept with ``timestamps`` only."""
+    segments = [Segment(0.0, duration, text, words)] if rules is None else split_words(words, duration, rules, text)
+    return segments if timestamps else [segment._replace(words=[]) for segment in segments]
 
 
 def transcribe_files(args: argparse.Namespace) -> None:
-    """Offline: every file checked, then decoded in batches; the lines printed in input order."""
+    """Offline: every file checked, then decoded in batches; the outputs written in input order."""
+    import soundfile
+
     recognizer = load_recognizer(args)
     start = time.perf_counter()
-    texts = recognizer.transcribe(args.audio, timestamps=args.timestamps)
-    for path, text in zip(args.audio, texts):
-        print_line(path, text if args.timestamps else TimedTranscript(text, []), args.timestamps)
+    timed = args.timestamps or args.endpoint_rules is not None  # endpoints cut between timed words
+    texts = recognizer.transcribe(args.audio, timestamps=timed)
+    output = Output(args)
+    for path, transcript in zip(args.audio, texts):
+        info = soundfile.info(path)
+        text, words = transcript if timed else (transcript, [])
+        output.add(path, _file_segments(text, words, info.frames / info.samplerate, args.endpoint_rules,
+                                        args.timestamps))
+    output.close()
     logger.info(f"transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s")
 
 
 def stream_files(args: argparse.Namespace) -> None:
     """``--stream``: every file checked before the model loads, then streamed in ``--chunk-ms`` chunks, one after
     the other, through one stream; partial transcripts to stderr."""
+    from ..asr.offline import file_frames
+
     file_frames(args.audio)
-    stream = load_recognizer(args).stream(args.timestamps)
+    stream = load_recognizer(args).stream(args.timestamps, args.endpoint_rules)
     chunk_ms, start = args.chunk_ms or DEFAULT_CHUNK_MS, time.perf_counter()
+    output = Output(args)
     for path in args.audio:
         def show(seconds: float, text: str, path: str = path) -> None:
             print(f"{path} [{seconds:.2f} s] {text}", file=sys.stderr, flush=True)
-        print_line(path, stream.stream_file(path, chunk_ms, show), args.timestamps)
+        output.add(path, stream.stream_file_segments(path, chunk_ms, show))
+    output.close()
     logger.info(f"streamed {len(args.audio)} files in {chunk_ms:g} ms chunks in {time.perf_counter() - start:.1f} s")
 
 

@@ -1,0 +1,104 @@
+"""Endpoints: where a stream's segment ends, from the search's own decisions (blank frames), not from the audio's
+energy.
+
+A transducer emits blank at every encoder frame where it hears nothing new to write; after the last label of a
+sentence, its best hypothesis gathers blank frames for as long as the speaker pauses. ``EndpointRules`` turns those
+counts into an endpoint: the segment ends, the stream's search (and its language model's context) starts afresh,
+and the encoder carries on with its state. Three rules, each in seconds of audio (an encoder frame is the
+sub-sampling stride x 10 ms, 40 ms for this package's models), any of which ends a segment:
+
+1. ``silence_without_speech``: the segment has no label yet and has lasted this long (default 2.4 s). Nothing is
+   written for it; it only keeps the search from carrying a long silence into the next sentence.
+2. ``silence_after_speech``: the segment has labels, and the best hypothesis has emitted only blanks for this
+   long since its last label (default 1.2 s).
+3. ``max_segment``: the segment has lasted this long, whatever it holds (default 20 s): bounds the work and the
+   memory a search (and an LM context) can accumulate, and the length of a subtitle.
+
+The rules and their units are those of the endpointing of icefall's and sherpa's streaming decoders, and so are
+the defaults (2.4 s, 1.2 s, 20 s). A shorter rule 2 was tried and is not the default: on test-mini utterances
+joined with 0.6 to 2 s pauses of faint noise, the mini recipe's streaming model (mid-training, epoch 17) went
+up to about 1 s without a label inside sentences (its emissions lag the sound, and it deletes words), so 0.8 s
+cut sentences in two where 1.2 s did not. Measured there too, two things the rules cannot fix: after a pause
+shorter than rule 2 plus the model's emission lag (about 0.5 s), the endpoint falls inside the next sentence; and
+a search restarted in a pause may emit a sentence's usual first word at once, before any speech (the causal
+model's sentence-initial prior, issue 50), which makes a segment of that word alone when the pause goes on.
+
+Segments are cut at the encoder frames the stream has been given: a stream checks the rules after each chunk, so
+an endpoint falls up to one chunk after the rule's time. ``split_words`` applies rules 2 and 3 to a transcript's
+timed words (offline transcription, which has no search to restart).
+
+Pure Python (no torch): the command line imports it before it knows whether it needs torch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .transcripts import Segment, TimedWordLike
+
+DEFAULT_SILENCE_WITHOUT_SPEECH = 2.4  # seconds: rule 1
+DEFAULT_SILENCE_AFTER_SPEECH = 1.2  # seconds: rule 2
+DEFAULT_MAX_SEGMENT = 20.0  # seconds: rule 3
+
+
+@dataclass(frozen=True)
+class EndpointRules:
+    """The three endpoint rules (see the module docstring), in seconds; ``ValueError`` for a value that is not a
+    positive finite number."""
+
+    silence_without_speech: float = DEFAULT_SILENCE_WITHOUT_SPEECH
+    silence_after_speech: float = DEFAULT_SILENCE_AFTER_SPEECH
+    max_segment: float = DEFAULT_MAX_SEGMENT
+
+    def __post_init__(self):
+        for name in ("silence_without_speech", "silence_after_speech", "max_segment"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                     and value > 0):
+                raise ValueError(f"endpoint rule {name} must be a positive number of seconds, got {value!r}")
+
+    def rule(self, segment_seconds: float, trailing_blank_seconds: float, has_speech: bool) -> int | None:
+        """Which rule ends a segment of ``segment_seconds`` whose best hypothesis ends with
+        ``trailing_blank_seconds`` of blank frames (the whole segment if it has no label; ``has_speech``: it has
+        some): 1, 2 or 3, or None (the segment goes on). Rule 3 is checked last: a segment that ends at a pause
+        ends by rule 1 or 2."""
+        if not has_speech and trailing_blank_seconds >= self.silence_without_speech:
+            return 1
+        if has_speech and trailing_blank_seconds >= self.silence_after_speech:
+            return 2
+        if segment_seconds >= self.max_segment:
+            return 3
+        return None
+
+
+def split_words(words: Sequence[TimedWordLike], duration: float, rules: EndpointRules, text: str | None = None
+                ) -> list[Segment]:
+    """A transcript's timed words over ``[0, duration]`` seconds -> its segments, cut by rules 2 and 3 as a stream
+    would cut them: after a word followed by at least ``silence_after_speech`` without a word (the segment ends
+    that long after the word's end), and before a word that would end more than ``max_segment`` after its segment's
+    start (the segment ends where that word starts). A segment's text is its words joined by spaces.
+
+    Segments cover ``[0, duration]`` without gap or overlap, in order; with no word, one segment holding
+    ``text`` (default ``""``). ``text``: the transcript, when it is not only its words joined by spaces, is kept
+    whole if there is no cut."""
+    words = list(words)
+    if not words:
+        return [Segment(0.0, duration, text or "", [])]
+    groups: list[list] = [[words[0]]]
+    bounds = [0.0]
+    for previous, word in zip(words, words[1:]):
+        start = bounds[-1]
+        if word[1] - previous[2] >= rules.silence_after_speech:
+            bounds.append(min(previous[2] + rules.silence_after_speech, word[1]))
+        elif word[2] - start > rules.max_segment:
+            bounds.append(word[1])
+        else:
+            groups[-1].append(word)
+            continue
+        groups.append([word])
+    bounds.append(duration)
+    if len(groups) == 1 and text is not None:
+        return [Segment(0.0, duration, text, words)]
+    return [Segment(start, max(start, end), " ".join(w[0] for w in group), group)
+            for start, end, group in zip(bounds, bounds[1:], groups)]

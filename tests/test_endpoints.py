@@ -1,0 +1,228 @@
+"""Endpoints and segments of streams and files (``Recognizer.stream(endpoints=...)``, ``ssm-transcribe --endpoints
+--format ...``): segments end at known silences, the search restarts at each endpoint, and the written formats
+parse back.
+
+The tiny causal model ``test_streaming_transcriber`` trains cannot tell speech from silence, so the silences are
+checked with its encoder's and joiner's outputs replaced by an oracle that emits a word at every encoder frame
+holding sound (``_SoundEncoder``, ``_SoundJoiner``): the filterbank, the transforms, the frames' wait for whole
+sub-sampling groups, the search, the endpoint rules, the segments' times and the words' times run for real.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from ssm_fairseq.asr import Recognizer
+from ssm_fairseq.asr.endpoints import EndpointRules
+from ssm_fairseq.asr.segment_formats import read_json, read_subtitles
+from ssm_fairseq.transcribe import main as transcribe_main
+
+from test_streaming_transcriber import SEARCHES, causal  # noqa: F401  (causal: the trained model's fixture)
+from test_transcribe import _one_thread  # noqa: F401  (an autouse fixture)
+
+pytestmark = pytest.mark.slow
+
+RATE = 16000
+
+
+class _SoundEncoder(torch.nn.Module):
+    """The causal encoder's ``step`` replaced by an oracle: ``1 x m x 1``, 1.0 at each encoder frame (a group of
+    ``stride`` feature frames; the stream's last group may be partial) where some feature frame is louder than
+    digital silence (``silence``: its transformed features), else 0.0."""
+
+    def __init__(self, encoder: torch.nn.Module, silence: torch.Tensor, stride: int):
+        super().__init__()
+        self.encoder, self.silence, self.stride = encoder, silence, stride
+
+    def check_streamable(self) -> None:
+        self.encoder.check_streamable()
+
+    def step(self, features: torch.Tensor, cache: dict, final: bool = False) -> torch.Tensor:
+        n = features.shape[1]
+        assert final or n % self.stride == 0  # a stream gives the encoder whole sub-sampling groups
+        sound = (features[0] > self.silence + 1.0).any(-1)
+        groups = torch.nn.functional.pad(sound, (0, -n % self.stride)).reshape(-1, self.stride).any(-1)
+        return groups.to(features.dtype).reshape(1, -1, 1)
+
+
+class _SoundJoiner(torch.nn.Module):
+    """Emits ``unit`` (a word) at a sound frame, once (with one label per frame), blank at every other frame."""
+
+    def __init__(self, vocabulary: int, blank: int, unit: int):
+        super().__init__()
+        self.vocabulary, self.blank, self.unit = vocabulary, blank, unit
+
+    def encoder_proj(self, encoder_out):
+        return encoder_out
+
+    def predictor_proj(self, predictor_out):
+        return predictor_out[..., :1] * 0
+
+    def step(self, encoder_proj, predictor_proj):
+        logits = torch.full((encoder_proj.shape[0], self.vocabulary), -30.0)
+        logits[:, self.blank] = 0.0
+        logits[:, self.unit] = 20.0 * encoder_proj[:, 0] - 10.0
+        return logits
+
+
+def _oracle(checkpoint: Path) -> Recognizer:
+    recognizer = Recognizer(checkpoint, device="cpu", beam=1, max_symbols_per_frame=1)
+    silence_frames = recognizer.transform_chunk(
+        recognizer.stream().filterbank.accept_waveform(np.zeros(RATE // 10, np.float32)))
+    silence = torch.from_numpy(silence_frames).max(0).values
+    unit = next(i for i, piece in enumerate(recognizer.dictionary.symbols) if piece.startswith("\u2581")
+                and len(piece) > 1)
+    model = recognizer.model
+    model.encoder = _SoundEncoder(model.encoder, silence, recognizer.encoder_stride)
+    model.joiner = _SoundJoiner(len(recognizer.dictionary), model.blank, unit)
+    return recognizer
+
+
+def _speech_and_silences(files: list[Path], silences: list[float]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """The files' audio joined with ``silences[i]`` seconds of digital silence after file ``i`` -> the samples and
+    each file's (first, last) non-zero sample's time."""
+    pieces, spans, at = [], [], 0
+    for path, silence in zip(files, silences):
+        audio, rate = sf.read(str(path), dtype="float32")
+        assert rate == RATE
+        sound = np.flatnonzero(audio)
+        spans.append(((at + sound[0]) / RATE, (at + sound[-1] + 1) / RATE))
+        pieces += [audio, np.zeros(int(silence * RATE), np.float32)]
+        at += len(audio) + int(silence * RATE)
+    return np.concatenate(pieces), spans
+
+
+def test_segments_end_at_known_silences_and_each_holds_its_speech(causal):
+    """Three utterances with 2.0 s, then 4.5 s of digital silence after them, streamed in 320 ms chunks with the
+    default rules (1.2 s after speech, 2.4 s without speech, 20 s at most): three segments, each holding the words
+    of its utterance's sound, timed within it; each endpoint 1.2 s after the last sound frame's word, at most one
+    chunk (and one encoder frame) later, inside the silence; the 4.5 s silence has a segment without a word (rule
+    1), not kept; the segments start at 0 and the last ends with the audio."""
+    data, checkpoint, files = causal
+    recognizer = _oracle(checkpoint)
+    samples, spans = _speech_and_silences(files[:3], [2.0, 4.5, 0.3])
+    rules = EndpointRules()
+    stream = recognizer.stream(timestamps=True, endpoints=rules)
+    ends = []
+    for start in range(0, len(samples), 5120):
+        stream.accept_waveform(samples[start:start + 5120])
+        ends += [segment.end for segment in stream.segments[len(ends):]]
+    segments = stream.finish_segments()
+    assert len(segments) == 3
+    assert [s.end for s in segments[:2]] == ends[:2]  # known as soon as the chunk that ended them was accepted
+    assert segments[0].start == 0 and segments[-1].end == pytest.approx(len(samples) / RATE)
+    frame = recognizer.frame_seconds
+    for n, (segment, (first, last)) in enumerate(zip(segments, spans)):
+        assert segment.words and segment.text == " ".join(w.word for w in segment.words)
+        # a word's frame starts up to 55 ms before its sound (a filterbank window reaches 25 ms back, the encoder
+        # frame 30 ms more) and ends within one frame after it
+        assert first - 0.055 - 1e-9 <= segment.words[0].start and segment.words[-1].end <= last + frame + 1e-9
+        assert segment.start <= segment.words[0].start and segment.words[-1].end <= segment.end
+        if n < 2:  # ended by rule 2 inside the following silence
+            after = segment.words[-1].end + rules.silence_after_speech
+            assert after - 1e-9 <= segment.end <= after + 0.32 + frame
+            assert segment.end < spans[n + 1][0]
+    # the 4.5 s silence after the second utterance: rule 2 ended its segment, then rule 1 a segment without words
+    assert segments[2].start >= segments[1].end + rules.silence_without_speech
+    # without endpoints: one segment, the whole stream, with every word
+    whole = recognizer.stream(timestamps=True)
+    whole.accept_waveform(samples)
+    (one,) = whole.finish_segments()
+    assert (one.start, one.end) == (0, pytest.approx(len(samples) / RATE))
+    assert [w.word for w in one.words] == [w.word for s in segments for w in s.words]
+    assert [w.start for w in one.words] == pytest.approx([w.start for s in segments for w in s.words])
+
+
+def test_at_each_endpoint_the_search_restarts_and_the_encoder_carries_on(causal):
+    """The tiny model with a blank penalty emits units at every frame, so only the longest-segment rule ends its
+    segments (here 0.5 s): each segment's text is that of a fresh search over the segment's own frames of the
+    whole stream's encoder output (the encoder ran on, its state never reset), not of the search continuing."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    samples = sf.read(str(files[0]), dtype="float32")[0]
+    stream = recognizer.stream(endpoints=EndpointRules(max_segment=0.5))
+    for start in range(0, len(samples), 2560):
+        stream.accept_waveform(samples[start:start + 2560])
+    segments = stream.finish_segments()
+    assert len(segments) >= 3 and all(s.text for s in segments)
+    assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+    frames = recognizer.features(files[0]).unsqueeze(0)
+    with torch.no_grad():
+        encoded = recognizer.model.encoder(frames, torch.tensor([frames.shape[1]]))["encoder_out"]
+    bounds = [round(s.start / recognizer.frame_seconds) for s in segments] + [encoded.shape[1]]
+    texts = []
+    for first, last in zip(bounds, bounds[1:]):
+        search = recognizer.generator.search(1, recognizer.device)
+        search.advance(encoded[:, first:last])
+        (best, *_), = search.finish(1, recognizer.generator.length_norm)
+        texts.append(recognizer.text(best.tokens))
+    assert [s.text for s in segments] == texts
+
+
+def _cli(checkpoint: Path, *arguments: str) -> list[str]:
+    return [*arguments, "--checkpoint", str(checkpoint), "--beam", "1", "--max-symbols-per-frame", "2",
+            "--blank-penalty", "20", "--cpu"]
+
+
+def test_cli_writes_segments_in_every_format_and_they_parse_back(causal, tmp_path, capsys):
+    data, checkpoint, files = causal
+    paths = [str(path) for path in files[:2]]
+    streamed = ["--stream", "--chunk-ms", "160", "--endpoints", "--max-segment", "0.6"]
+    assert transcribe_main(_cli(checkpoint, *paths, *streamed, "--format", "json", "--timestamps")) == 0
+    document = capsys.readouterr().out
+    files_segments = read_json(document)
+    assert [path for path, _ in files_segments] == paths
+    for path, segments in files_segments:
+        duration = sf.info(path).duration
+        assert len(segments) >= 2 and segments[0].start == 0 and segments[-1].end == pytest.approx(duration, abs=1e-3)
+        assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+        for segment in segments:
+            assert segment.text.split() == [w[0] for w in segment.words]
+            assert all(segment.start - 1e-3 <= w[1] <= w[2] <= segment.end + 1e-3 for w in segment.words)
+    assert json.loads(document)[0]["segments"][0]["words"]
+
+    assert transcribe_main(_cli(checkpoint, *paths, *streamed, "--format", "text")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{path}\t{' '.join(s.text for s in segments)}" for path, segments in files_segments]
+
+    assert transcribe_main(_cli(checkpoint, *paths, *streamed, "--format", "tsv")) == 0
+    rows = [row.split("\t") for row in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["path", "start", "end", "text"]
+    assert [row[3] for row in rows[1:]] == [s.text for _, segments in files_segments for s in segments]
+
+    out = tmp_path / "subtitles"
+    for subtitle_format in ("srt", "vtt"):
+        assert transcribe_main(_cli(checkpoint, *paths, *streamed, "--format", subtitle_format,
+                                    "--output-dir", str(out))) == 0
+        for path, segments in files_segments:
+            written = (out / f"{Path(path).stem}.{subtitle_format}").read_text()
+            cues = read_subtitles(written, subtitle_format)
+            assert [c.text for c in cues] == [s.text for s in segments]
+            assert [(c.start, c.end) for c in cues] == [(round(s.start, 3), round(s.end, 3)) for s in segments]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # subtitles of two files on stdout: a usage error
+        transcribe_main(_cli(checkpoint, *paths, "--format", "srt"))
+    with pytest.raises(SystemExit):  # a rule without --endpoints
+        transcribe_main(_cli(checkpoint, *paths, "--max-segment", "3"))
+
+
+def test_offline_files_are_one_segment_unless_endpoints_cut_their_words(causal, capsys):
+    data, checkpoint, files = causal
+    path = str(files[0])
+    assert transcribe_main(_cli(checkpoint, path, "--format", "json", "--timestamps")) == 0
+    ((_, whole),) = read_json(capsys.readouterr().out)
+    assert len(whole) == 1 and whole[0].start == 0 and whole[0].end == pytest.approx(sf.info(path).duration, 1e-3)
+    assert transcribe_main(_cli(checkpoint, path, "--format", "json", "--timestamps", "--endpoints",
+                                "--max-segment", "0.5")) == 0
+    ((_, cut),) = read_json(capsys.readouterr().out)
+    assert len(cut) >= 3 and [w for s in cut for w in s.words] == whole[0].words
+    assert all(len(s.words) == 1 or s.words[-1][2] - s.start <= 0.5 + 1e-3 for s in cut)
+    assert " ".join(s.text for s in cut).split() == whole[0].text.split()
+    assert transcribe_main(_cli(checkpoint, path, "--format", "srt")) == 0
+    (cue,) = read_subtitles(capsys.readouterr().out, "srt")
+    assert cue.text == whole[0].text
