@@ -18,7 +18,8 @@ import torch
 from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.features.audio_features import AudioError
 from ssm_fairseq.asr.features.audio_spans import AudioSpans
-from ssm_fairseq.asr.long_form import WindowedEncoder, Windowing, transcribe_long
+from ssm_fairseq.asr.long_form import WindowedEncoder, transcribe_long
+from ssm_fairseq.asr.windowing import Windowing
 from ssm_fairseq.asr.offline import transcribe_files
 
 from cli import REPO
@@ -62,7 +63,7 @@ def _whole_file_encoding(recognizer: Recognizer, path: Path) -> torch.Tensor:
 
 def test_a_file_within_one_window_decodes_as_offline_transcription(bidirectional, recordings):
     path = recordings[9.5]
-    windowing = Windowing(window_seconds=10, context_seconds=2)
+    windowing = Windowing(window_seconds=10, window_context_seconds=2)
     encoded = list(WindowedEncoder(bidirectional, AudioSpans(path), windowing))
     assert len(encoded) == 1 and torch.equal(encoded[0], _whole_file_encoding(bidirectional, path))
     expected = bidirectional.transcribe([path], timestamps=True)[0]
@@ -76,9 +77,9 @@ def test_windows_stitch_to_the_whole_file_encoding_where_frames_see_only_their_o
         bidirectional, recordings, window_seconds, context_seconds):
     """With the encoder's layers removed, each encoder frame is made of its own 4 filterbank frames (``tr``): the
     stitched centres must then be the whole file's encoder output, frame for frame, wherever the windows fall (the
-    file's utterance CMVN taken over the whole file: ``cmvn="file"``)."""
+    file's utterance CMVN taken over the whole file: ``window_cmvn="file"``)."""
     path = recordings[23.9]
-    windowing = Windowing(window_seconds=window_seconds, context_seconds=context_seconds, cmvn="file")
+    windowing = Windowing(window_seconds, context_seconds, window_cmvn="file")
     encoder = WindowedEncoder(bidirectional, AudioSpans(path), windowing)
     assert len(encoder.windows) > 2
     layers, bidirectional.model.encoder.layers = bidirectional.model.encoder.layers, torch.nn.ModuleList()
@@ -107,7 +108,7 @@ def test_windows_with_more_context_come_closer_to_whole_file_encoding(bidirectio
 
 def test_one_search_takes_the_windows_as_it_takes_their_concatenation(bidirectional, recordings):
     path = recordings[23.9]
-    windowing = Windowing(window_seconds=6, context_seconds=1)
+    windowing = Windowing(window_seconds=6, window_context_seconds=1)
     stitched = torch.cat(list(WindowedEncoder(bidirectional, AudioSpans(path), windowing)), dim=1)
     search = bidirectional.generator.search(1, torch.device("cpu"))
     search.advance(stitched)
@@ -137,7 +138,7 @@ def test_non_finite_audio_in_a_later_window_is_named_with_its_seconds(bidirectio
     sf.write(broken, samples, 16000, subtype="FLOAT")
     with pytest.raises(AudioError, match=re.escape(f"{broken}: features are not finite (NaN or inf in the audio) "
                                                    "(seconds 12.00 to 20.00)")):  # the first window holding it
-        transcribe_long(bidirectional, broken, Windowing(window_seconds=8, context_seconds=1))
+        transcribe_long(bidirectional, broken, Windowing(window_seconds=8, window_context_seconds=1))
 
 
 def test_a_causal_models_long_file_is_its_stream(tmp_path, recordings):
@@ -145,7 +146,7 @@ def test_a_causal_models_long_file_is_its_stream(tmp_path, recordings):
     recognizer = Recognizer(checkpoints / "checkpoint_last.pt", device="cpu", **SEARCH)
     path = recordings[23.9]
     streamed = recognizer.stream(timestamps=True).stream_file(path, 1000)
-    (windowed,) = transcribe_files(recognizer, [path], True, Windowing(window_seconds=7, context_seconds=2))
+    (windowed,) = transcribe_files(recognizer, [path], True, Windowing(window_seconds=7, window_context_seconds=2))
     assert windowed.text == streamed.text and windowed.text
     assert [w.word for w in windowed.words] == [w.word for w in streamed.words]
     assert [t for w in windowed.words for t in w[1:]] == pytest.approx([t for w in streamed.words for t in w[1:]])

@@ -11,7 +11,7 @@ import torchaudio.functional
 
 from ssm_fairseq.asr.features.audio_features import AudioError, filterbank_features, read_16k_mono
 from ssm_fairseq.asr.features.audio_spans import AudioSpans
-from ssm_fairseq.asr.long_form import Window, Windowing, plan_windows
+from ssm_fairseq.asr.windowing import Window, Windowing, plan_windows
 
 from cli import REPO
 
@@ -87,10 +87,10 @@ def test_window_centres_tile_the_file(frames, window, context, stride):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({"window_seconds": 10, "context_seconds": 5}, r"must be more than twice context_seconds"),
-    ({"context_seconds": -1}, "context_seconds must be at least 0"),
+    ({"window_seconds": 10, "window_context_seconds": 5}, r"must be more than twice window_context_seconds"),
+    ({"window_context_seconds": -1}, "window_context_seconds must be at least 0"),
     ({"window_seconds": float("nan")}, "window_seconds must be a finite number"),
-    ({"cmvn": "global"}, r"cmvn must be one of \('window', 'file'\)"),
+    ({"window_cmvn": "global"}, r"window_cmvn must be one of \('window', 'file'\)"),
 ])
 def test_windowing_out_of_range_is_named(arguments, message):
     with pytest.raises(ValueError, match=message):
@@ -98,9 +98,9 @@ def test_windowing_out_of_range_is_named(arguments, message):
 
 
 def test_window_frames_are_whole_encoder_frames_within_the_model():
-    assert Windowing(window_seconds=30, context_seconds=4).frames(4, 6000) == (3000, 400)
-    assert Windowing(window_seconds=10.01, context_seconds=0.013).frames(4, 6000) == (1000, 0)
+    assert Windowing(window_seconds=30, window_context_seconds=4).frames(4, 6000) == (3000, 400)
+    assert Windowing(window_seconds=10.01, window_context_seconds=0.013).frames(4, 6000) == (1000, 0)
     with pytest.raises(ValueError, match=r"window_seconds 70 is longer than this model takes: 60.00 s \(6000 "):
-        Windowing(window_seconds=70, context_seconds=4).frames(4, 6000)
+        Windowing(window_seconds=70, window_context_seconds=4).frames(4, 6000)
     with pytest.raises(ValueError, match="leave no encoder frame between the contexts"):
-        Windowing(window_seconds=0.1, context_seconds=0.049).frames(4, 6000)
+        Windowing(window_seconds=0.1, window_context_seconds=0.049).frames(4, 6000)

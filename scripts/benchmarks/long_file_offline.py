@@ -41,7 +41,8 @@ from streaming_recognition import utterances
 from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.features.audio_features import SAMPLE_RATE
 from ssm_fairseq.asr.features.audio_spans import AudioSpans
-from ssm_fairseq.asr.long_form import FRAMES_PER_SECOND, WindowedEncoder, Windowing, transcribe_long
+from ssm_fairseq.asr.long_form import WindowedEncoder, transcribe_long
+from ssm_fairseq.asr.windowing import FRAMES_PER_SECOND, Windowing
 
 NOISE_FLOOR = 1 / 32768  # one 16-bit step: faint, never digital silence
 

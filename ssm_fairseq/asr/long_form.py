@@ -1,33 +1,31 @@
 """Files of any length, offline, in bounded memory: the encoder run on overlapping windows, the centre of each kept,
 and the search carried from window to window.
 
-    windowing = Windowing(window_seconds=30, context_seconds=4)
+    windowing = Windowing(window_seconds=30, window_context_seconds=4)
     text = transcribe_long(recognizer, "meeting.flac", windowing)   # the file is never held whole
 
 A file of up to ``window_seconds`` is one window: its features, encoder output and transcript are those of offline
 transcription (``Recognizer.transcribe``), bit for bit. A longer file is cut into windows of ``window_seconds``
 (the last one too, reaching back as far as it needs): each window's features are computed from its own span of the
-file (``AudioSpans``), the bidirectional encoder runs on the window alone, and only its centre frames are kept:
-the frames with ``context_seconds`` of the window on each side (at the file's start and end, the file's own edge).
+file (``AudioSpans``), the bidirectional encoder runs on the window alone, and only its centre frames are kept: the
+frames with ``window_context_seconds`` of the window on each side (at the file's start and end, the file's own edge).
 The centres tile the file, so the frames kept are one encoder output of the whole file, which the search
 (``TransducerGenerator.search``) takes window by window, keeping its hypotheses in between, exactly as it takes a
 stream's chunks. What is held at once: one window's audio, features and encoder output, and the search's hypotheses.
 
 A centre frame differs from what whole-file encoding would give it by what the encoder sees beyond the window
-(``scripts/benchmarks/long_file_offline.py`` measures how much, and what it costs in WER). Utterance CMVN, a whole-
-utterance statistic, is taken per window (``cmvn="window"``: each window normalised by its own mean and variance,
-as the model saw utterances in training) or over the whole file (``cmvn="file"``: a first pass over the file sums
-each bin and its square, so the features equal those of the whole file). A model that streams (a causal encoder
-on per-frame features) needs no windows: the file's spans go through the encoder's ``step``, which gives the
-whole-file encoding up to float32 rounding, as streaming does.
+(``scripts/benchmarks/long_file_offline.py`` measures how much, and what it costs in WER). Utterance CMVN, a
+whole-utterance statistic, is taken per window (``window_cmvn="window"``: each window normalised by its own mean and
+variance, as the model saw utterances in training) or over the whole file (``window_cmvn="file"``: a first pass over
+the file sums each bin and its square, so the features equal those of the whole file). A model that streams (a
+causal encoder on per-frame features) needs no windows: the file's spans go through the encoder's ``step``, which
+gives the whole-file encoding up to float32 rounding, as streaming does.
 """
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -39,89 +37,12 @@ from .features.audio_spans import AudioSpans
 from .features.transforms import NonFiniteFeaturesError, transformed
 from .search.transducer_generator import NonFiniteScoreError
 from .transcripts import InputError, TimedTranscript
+from .windowing import FRAMES_PER_SECOND, Window, Windowing, plan_windows
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
 
 logger = logging.getLogger("ssm_fairseq.transcribe")
-
-CMVN_SCOPES = ("window", "file")
-FRAMES_PER_SECOND = 100  # filterbank frames (10 ms shift)
-
-
-@dataclass(frozen=True)
-class Windowing:
-    """How offline transcription cuts a file longer than one window.
-
-    Args:
-        window_seconds: the encoder's input per window (files up to this long are one window: whole-file decoding).
-        context_seconds: encoder input kept on each side of a window's centre frames, and not used from it.
-        cmvn: where utterance CMVN takes its mean and variance on a long file: ``"window"`` (each window's own)
-            or ``"file"`` (the whole file's, from a first pass). Per-frame transforms (global CMVN) are exact
-            either way.
-
-    Seconds are rounded to whole encoder frames. Raises ``ValueError`` naming the first argument out of range.
-    """
-
-    window_seconds: float = 30.0
-    context_seconds: float = 4.0
-    cmvn: str = "window"
-
-    def __post_init__(self):
-        for name in ("window_seconds", "context_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-        if self.context_seconds < 0:
-            raise ValueError(f"context_seconds must be at least 0, got {self.context_seconds}")
-        if self.window_seconds <= 2 * self.context_seconds:
-            raise ValueError(f"window_seconds ({self.window_seconds}) must be more than twice context_seconds "
-                             f"({self.context_seconds}): each window keeps its centre between the two contexts")
-        if self.cmvn not in CMVN_SCOPES:
-            raise ValueError(f"cmvn must be one of {CMVN_SCOPES}, got {self.cmvn!r}")
-
-    def frames(self, stride: int, max_frames: int) -> tuple[int, int]:
-        """``(window, context)`` in filterbank frames, multiples of the sub-sampling ``stride``; ``ValueError`` if
-        the window is longer than the model takes (``max_frames``, its max_source_positions) or keeps no centre."""
-        window = round(self.window_seconds * FRAMES_PER_SECOND / stride) * stride
-        context = round(self.context_seconds * FRAMES_PER_SECOND / stride) * stride
-        if window > max_frames:
-            raise ValueError(f"window_seconds {self.window_seconds} is longer than this model takes: "
-                             f"{max_frames / FRAMES_PER_SECOND:.2f} s ({max_frames} frames, its "
-                             f"max_source_positions); use a window of at most that")
-        if window - 2 * context < stride:
-            raise ValueError(f"window_seconds {self.window_seconds} and context_seconds {self.context_seconds} "
-                             f"leave no encoder frame between the contexts ({stride} filterbank frames each)")
-        return window, context
-
-
-class Window(NamedTuple):
-    """A window of filterbank frames ``[start, end)`` whose encoder frames for ``[centre_start, centre_end)`` are
-    kept."""
-
-    start: int
-    centre_start: int
-    centre_end: int
-    end: int
-
-
-def plan_windows(frames: int, window: int, context: int, stride: int) -> list[Window]:
-    """The windows of a file of ``frames`` filterbank frames: one, the whole file, if it fits ``window``; else
-    windows of ``window`` frames whose centres tile ``[0, frames)``, each centre ``context`` frames from its
-    window's ends except at the file's ends (the last window starts early enough to be whole). ``window`` and
-    ``context`` are multiples of ``stride``, and so are all boundaries but the file's end."""
-    if frames <= window:
-        return [Window(0, 0, frames, frames)]
-    windows, centre_start = [], 0
-    while True:
-        start = max(0, centre_start - context)
-        if frames - start <= window:  # this window reaches the end: it takes all the left context it can
-            start = max(0, -(-(frames - window) // stride) * stride)
-            windows.append(Window(start, centre_start, frames, frames))
-            return windows
-        centre_end = start + window - context
-        windows.append(Window(start, centre_start, centre_end, start + window))
-        centre_start = centre_end
 
 
 def _file_cmvn(transforms, spans: AudioSpans, chunk: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -133,7 +54,8 @@ def _file_cmvn(transforms, spans: AudioSpans, chunk: int) -> Callable[[np.ndarra
     if not utterance:
         return lambda features: transformed(transforms, features)
     if len(steps) != 1:
-        raise ValueError(f"cmvn='file' takes utterance CMVN alone, this config applies {steps}: use cmvn='window'")
+        raise ValueError(f"window_cmvn='file' takes utterance CMVN alone, this config applies {steps}: use "
+                         "window_cmvn='window'")
     (cmvn,) = utterance
     total, squares = np.zeros(NUM_MEL_BINS), np.zeros(NUM_MEL_BINS)
     for start in range(0, spans.frames, chunk):
@@ -171,7 +93,7 @@ class WindowedEncoder:
         else:
             self.windows = plan_windows(spans.frames, window, context, self.stride)
         self.normalise = (_file_cmvn(recognizer.feature_transforms, spans, window)
-                          if windowing.cmvn == "file" and len(self.windows) > 1 else
+                          if windowing.window_cmvn == "file" and len(self.windows) > 1 else
                           lambda features: transformed(recognizer.feature_transforms, features))
 
     @torch.no_grad()

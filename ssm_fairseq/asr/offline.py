@@ -21,9 +21,10 @@ from fairseq.data import data_utils
 from torch.nn.utils.rnn import pad_sequence
 
 from .features.audio_features import AudioError, Conversions, audio_frames
-from .long_form import Windowing, transcribe_long, window_frames
+from .long_form import transcribe_long, window_frames
 from .search.transducer_generator import NonFiniteScoreError
 from .transcripts import InputError, TimedTranscript
+from .windowing import Windowing
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer

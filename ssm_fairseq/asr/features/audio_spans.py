@@ -21,7 +21,8 @@ import numpy as np
 import soundfile as sf
 
 from .audio_features import (
-    FRAME_SHIFT_SAMPLES, MIN_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames, log_mel_filterbank, to_16k_mono,
+    FRAME_SHIFT_SAMPLES, MIN_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames, log_mel_filterbank,
+    to_16k_mono,
 )
 
 # torchaudio's resampler reaches lowpass_filter_width / (rolloff * min(old, new)) blocks of ``old`` input samples to
