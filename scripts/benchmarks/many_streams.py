@@ -11,11 +11,13 @@ transcripts differ) in ``--chunk-ms`` chunks: at every step each stream gets its
 them from ``N`` live connections, and the step ends when every stream has its partial transcript. The streams are
 finished (their last frames and final transcripts) after the last step, outside the timing.
 
-Columns, for each way of stepping: the real-time factor (compute seconds per second of audio of the ``N``
-streams together: below 1, ``N`` live streams keep up), the latency of a chunk (compute seconds from the step's
-start to its partial transcripts: mean and max over the steps; a live stream adds the chunk's own duration), and
-the share of that time spent in the encoder (the rest: filterbanks, feature transforms, the searches, the
-detokenizer). ``same`` says whether each stream's final transcript is the same both ways. ``peak MiB``: the growth
+Columns, for each way of stepping: the real-time factor (``RTF``: wall-clock seconds per second of audio of the
+``N`` streams together: below 1, ``N`` live streams keep up), ``CPU``: the same in CPU seconds of the process (all
+its threads; on a machine shared with other work, wall-clock time also counts the waits for a core, CPU time does
+not: with ``--threads 1`` it is the RTF this process would have on a core of its own), the latency of a chunk
+(wall-clock seconds from the step's start to its partial transcripts: mean and max over the steps; a live stream
+adds the chunk's own duration), and the share of the wall-clock time spent in the encoder (the rest: filterbanks,
+feature transforms, the searches, the detokenizer). ``same`` says whether each stream's final transcript is the same both ways. ``peak MiB``: the growth
 of the process's peak resident set size during the batched run (Linux ``/proc``; the model loaded before). Run
 under ``flock /tmp/cpu.lock`` on a quiet machine, on ``--threads`` threads (default 2).
 """
@@ -88,11 +90,13 @@ class EncoderClock:
 
 
 def run(recognizer: Recognizer, clock: EncoderClock, audio: list[np.ndarray], chunk: int, batched: bool
-        ) -> tuple[list[float], float, list[str]]:
-    """Step the streams through their audio -> each step's seconds, the encoder's seconds, the final transcripts."""
+        ) -> tuple[list[float], float, float, list[str]]:
+    """Step the streams through their audio -> each step's wall-clock seconds, the CPU seconds of all steps, the
+    encoder's wall-clock seconds, the final transcripts."""
     streams = [recognizer.stream() for _ in audio]
     steps = []
     clock.take()
+    cpu = time.process_time()
     for start in range(0, len(audio[0]), chunk):
         began = time.perf_counter()
         if batched:
@@ -101,8 +105,9 @@ def run(recognizer: Recognizer, clock: EncoderClock, audio: list[np.ndarray], ch
             for stream, samples in zip(streams, audio):
                 stream.accept_waveform(samples[start:start + chunk])
         steps.append(time.perf_counter() - began)
+    cpu = time.process_time() - cpu
     encoder = clock.take()
-    return steps, encoder, [stream.finish().text for stream in streams]
+    return steps, cpu, encoder, [stream.finish().text for stream in streams]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,24 +132,27 @@ def main(argv: list[str] | None = None) -> int:
     run(recognizer, clock, warm, chunk, True)
     run(recognizer, clock, warm, chunk, False)
     print(f"{args.checkpoint}: beam {args.beam}, {args.chunk_ms:g} ms chunks, {args.seconds:g} s per stream, "
-          f"{args.threads} threads")
-    header = (f"{'streams':>7} | {'batched RTF':>11} {'latency ms mean/max':>20} {'encoder':>7} | "
-              f"{'one by one RTF':>14} {'latency ms mean/max':>20} {'encoder':>7} | {'same':>4} {'peak MiB':>8}")
+          f"{args.threads} threads; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    ways = f"{'RTF':>6} {'CPU':>6} {'latency ms mean/max':>20} {'encoder':>7}"
+    print(f"{'':>7} | {'batched (step_streams)':^42} | {'one by one (accept_waveform)':^42} |")
+    header = f"{'streams':>7} | {ways} | {ways} | {'same':>4} {'peak MiB':>8}"
     print(header)
     print("-" * len(header))
     for n in args.streams:
         audio = stream_audio(files, n, args.seconds)
         before = _reset_peak_rss()
-        batched, batched_encoder, batched_texts = run(recognizer, clock, audio, chunk, True)
+        batched, batched_cpu, batched_encoder, batched_texts = run(recognizer, clock, audio, chunk, True)
         peak = (_proc_kib("VmHWM") - before) / 1024
-        alone, alone_encoder, alone_texts = run(recognizer, clock, audio, chunk, False)
+        alone, alone_cpu, alone_encoder, alone_texts = run(recognizer, clock, audio, chunk, False)
         seconds = args.seconds
 
-        def columns(steps: list[float], encoder: float) -> str:
-            return (f"{sum(steps) / seconds:>11.3f} {np.mean(steps) * 1000:>11.1f}/{max(steps) * 1000:<8.1f} "
+        def columns(steps: list[float], cpu: float, encoder: float) -> str:
+            latency = f"{np.mean(steps) * 1000:.1f}/{max(steps) * 1000:.1f}"
+            return (f"{sum(steps) / seconds:>6.3f} {cpu / seconds:>6.3f} {latency:>20} "
                     f"{encoder / sum(steps):>7.0%}")
-        print(f"{n:>7} | {columns(batched, batched_encoder)} | {'':>3}{columns(alone, alone_encoder)} | "
-              f"{'yes' if batched_texts == alone_texts else 'NO':>4} {peak:>8.1f}", flush=True)
+        print(f"{n:>7} | {columns(batched, batched_cpu, batched_encoder)} | "
+              f"{columns(alone, alone_cpu, alone_encoder)} | {'yes' if batched_texts == alone_texts else 'NO':>4} "
+              f"{peak:>8.1f}", flush=True)
     return 0
 
 
