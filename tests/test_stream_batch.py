@@ -182,3 +182,22 @@ def test_a_bad_chunk_refuses_the_step_before_any_stream_changes(causal):
         recognizer.step_streams({a: audio[3000:6000], b: audio[3000:6000]}, {a: "a", b: "b"})
     assert not a._lock.locked()  # the step released the streams it held
     assert (a.seconds_accepted, b.seconds_accepted) == accepted
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_a_row_per_number_of_streams_with_the_same_transcripts(causal, capsys):
+    """``scripts/benchmarks/many_streams.py`` on the tiny model, briefly: a row for each number of streams, the
+    transcripts the same batched and one by one."""
+    import importlib.util
+
+    from cli import REPO
+    data, checkpoint, files = causal
+    spec = importlib.util.spec_from_file_location("many_streams", REPO / "scripts/benchmarks/many_streams.py")
+    many_streams = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(many_streams)
+    corpus = files[0].parents[3]
+    assert many_streams.main(["--checkpoint", str(checkpoint), "--corpus-root", str(corpus), "--streams", "1", "3",
+                              "--seconds", "1.5", "--beam", "2", "--threads", "1"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.split("|")[0].strip().isdigit()]
+    assert [int(row[0]) for row in rows] == [1, 3]
+    assert all(row[3].split()[0] == "yes" for row in rows)
