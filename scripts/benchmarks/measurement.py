@@ -52,14 +52,19 @@ def _reset_peak_rss() -> int:
 
 
 def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> dict:
-    """``{"seconds": best of repeats}`` or ``{"peak_mib": peak memory above the baseline}`` of ``run()``.
+    """``{"seconds": best of repeats, "first_seconds": the warm-up's}`` or ``{"peak_mib": peak memory above the
+    baseline}`` of ``run()``.
 
-    ``run`` is called once first as a warm-up (one-time allocations such as FFT plans are not its memory). On a
-    GPU, ``what="time"`` also returns ``peak_mib``, the peak of the timed runs (the allocator's counters need no
-    fresh process).
+    ``run`` is called once first as a warm-up (one-time allocations such as FFT plans are not its memory; a compiled
+    model compiles there, so ``first_seconds - seconds`` is its compile time). On a GPU, ``what="time"`` also
+    returns ``peak_mib``, the peak of the timed runs (the allocator's counters need no fresh process).
     """
     cuda = device.startswith("cuda")
+    start = time.perf_counter()
     run()
+    if cuda:
+        torch.cuda.synchronize()
+    first_seconds = time.perf_counter() - start  # includes one-time costs: compilation, FFT plans, caches
     gc.collect()
     if what == "memory":
         if cuda:
@@ -85,8 +90,9 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     if cuda:
-        return {"seconds": min(times), "peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
-    return {"seconds": min(times)}
+        return {"seconds": min(times), "first_seconds": first_seconds,
+                "peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
+    return {"seconds": min(times), "first_seconds": first_seconds}
 
 
 def peak_memory_mib(run: Callable[[], object], device: str) -> float:

@@ -13,6 +13,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from torch import Tensor, nn
 
+from ...layers.compiled import compile_layers
 from ...layers.encoder_layer import LAYER_TYPES, LayerConfig
 from ...layers.feed_forward import ACTIVATIONS
 from .joiner import ACTIVATIONS as JOINER_ACTIVATIONS, Joiner
@@ -62,6 +63,13 @@ class TransducerConfig(FairseqDataclass):
     aux_ctc_every: int = field(
         default=0, metadata={"help": "auxiliary CTC classifier on every k-th encoder layer's output; 0: none"}
     )
+    compile_encoder: bool = field(
+        default=False, metadata={"help": "torch.compile the encoder layers (inductor; opt-in): each batch is padded "
+                                         "to a length bucket, compiled at its first batch (minutes on a CPU); the "
+                                         "state dict is the eager model's, so checkpoints load either way. "
+                                         "fairseq-generate: --model-overrides "
+                                         "\"{'model': {'compile_encoder': True}}\"; "
+                                         "see ssm_fairseq/layers/compiled.py"})
     # predictor and joiner
     predictor_embed_dim: int = field(default=512, metadata={"help": "predictor embedding width"})
     predictor_hidden_dim: int = field(default=512, metadata={"help": "predictor LSTM width"})
@@ -125,7 +133,7 @@ class TransducerModel(BaseFairseqModel):
             dropout=cfg.dropout,
             causal=cfg.causal_encoder,
         )
-        return SpeechEncoder(
+        encoder = SpeechEncoder(
             cfg.encoder_type,
             cfg.encoder_layers,
             layer_cfg,
@@ -136,6 +144,15 @@ class TransducerModel(BaseFairseqModel):
             positions=cfg.encoder_positions,
             intermediate_every=cfg.aux_ctc_every,
         )
+        if cfg.compile_encoder:
+            compile_layers(encoder.layers)
+        return encoder
+
+    def compile_encoder_layers(self, **options) -> None:
+        """``torch.compile`` this model's encoder layers in place (``layers.compiled.compile_layers``; ``options`` go
+        to ``torch.compile``): what ``--compile-encoder`` does at build time, for a model already built (e.g. loaded
+        for transcription). Parameters and state dict keys are unchanged."""
+        compile_layers(self.encoder.layers, **options)
 
     def max_positions(self) -> tuple[int, int]:
         return self.cfg.max_source_positions, self.cfg.max_target_positions
