@@ -21,7 +21,11 @@ up to about 1 s without a label inside sentences (its emissions lag the sound, a
 cut sentences in two where 1.2 s did not. Measured there too, two things the rules cannot fix: after a pause
 shorter than rule 2 plus the model's emission lag (about 0.5 s), the endpoint falls inside the next sentence; and
 a search restarted in a pause may emit a sentence's usual first word at once, before any speech (the causal
-model's sentence-initial prior, issue 50), which makes a segment of that word alone when the pause goes on.
+model's sentence-initial prior, issue 50). A stream drops a segment after an endpoint whose labels all came at its
+first frame (``Stream``), which removes those in digital silence; in faint noise the model went on to emit a word
+or two more, and such segments are kept (10 s of noise after a sentence gave 4 of them; 10 s of zeros, none).
+A search that is not restarted stays quiet in those pauses, but restarting it only when it emits again (tried)
+lost whole sentences: with the first sentence as its context, it did not wake up for the next ones.
 
 Segments are cut at the encoder frames the stream has been given: a stream checks the rules after each chunk, so
 an endpoint falls up to one chunk after the rule's time. ``split_words`` applies rules 2 and 3 to a transcript's

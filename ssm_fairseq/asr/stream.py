@@ -38,7 +38,9 @@ With ``endpoints`` (``EndpointRules``), the stream is cut into segments: after e
 segment's best hypothesis, and at an endpoint the segment ends (its final transcript, as ``finish`` gives it, with
 its start and end in seconds from the utterance's start) and the search starts afresh (the language model's
 context too: each search has its own), while the filterbank and the encoder carry on. Segments without a word are
-not kept. Without endpoints the utterance is one segment, from 0 to its length, kept even without a word.
+not kept, nor those after an endpoint whose labels all came at their first frame (a causal model's sentence-initial
+prior, emitted before any speech: ``ssm_fairseq.asr.endpoints`` says more). Without endpoints the utterance is one
+segment, from 0 to its length, kept even without a word.
 """
 from __future__ import annotations
 
@@ -257,9 +259,15 @@ class Stream:
         words = (self.recognizer.timed_words(best.tokens, [self.segment_start + f for f in best.frames], duration)
                  if self.timestamps else [])
         text = self.recognizer.text(best.tokens)
-        if text or self.endpoints is None:
+        if self.endpoints is None or (text and not self._prior_only(best)):
             self.segments.append(Segment(min(start, end), end, text, words))
         self._new_segment(self.segment_start + frames)
+
+    def _prior_only(self, best: Hypothesis) -> bool:
+        """Whether a segment after an endpoint holds only labels its search emitted at its first frame: a causal
+        model's sentence-initial prior (it emits a sentence's usual first word before hearing anything), what a
+        search restarted in a pause gives there, not speech."""
+        return self.segment_start > 0 and all(frame == 0 for frame in best.frames)
 
     @_one_call_at_a_time
     def stream_file(self, path: Path | str, chunk_ms: float, on_partial: PartialCallback | None = None
