@@ -269,3 +269,37 @@ def test_the_command_serves_the_page_and_health_and_finishes_open_streams_on_sig
     assert got.close_code == 1001 and got.texts == ["Done!"]  # going away, after the final result
     heard, rate = sf.read(str(tmp_path / "1.wav"), dtype="float32")
     assert rate == 16000 and np.array_equal(heard, samples)  # --save-audio: what the server heard, as sent
+
+
+def test_done_after_every_sample_was_stepped_and_done_without_audio(recognizer, streaming_model):
+    """Done with nothing left to step (the audio a whole number of steps, all stepped already), and Done with no
+    audio at all: final results (the offline transcript; an empty one), and the server goes on stepping others."""
+    samples, _ = sf.read(str(streaming_model.files[0]), dtype="float32")
+    whole = samples[:len(samples) // 2560 * 2560]
+    path = streaming_model.files[0].parent / "whole_steps.wav"
+    sf.write(path, whole, 16000, subtype="FLOAT")
+
+    async def stepped_then_done(http, url):
+        async with http.ws_connect(url) as ws:
+            reader = asyncio.create_task(collect(ws))
+            await ws.send_bytes(whole.tobytes())
+            await asyncio.sleep(2.0)  # every step taken before Done
+            await ws.send_str("Done")
+            return await reader
+
+    async def only_done(http, url):
+        async with http.ws_connect(url) as ws:
+            await ws.send_str("Done")
+            return await collect(ws)
+
+    async def scenario():
+        server = SpeechServer(recognizer, step_ms=160)
+        async with running(server) as url, aiohttp.ClientSession() as http:
+            first = await asyncio.gather(stepped_then_done(http, f"{url}/asr"), only_done(http, f"{url}/asr"))
+            after = await stream_file(http, f"{url}/asr", streaming_model.files[1])
+            return first, after
+
+    (stepped, empty), after = asyncio.run(scenario())
+    assert stepped.final["text"] == recognizer.transcribe([path])[0]
+    assert empty.final == {"text": "", "segments": [], "segment": 0, "final": True, "is_final": True, "is_eof": True}
+    assert after.final["text"] == recognizer.transcribe([streaming_model.files[1]])[0]

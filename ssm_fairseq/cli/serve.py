@@ -61,7 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-audio", type=Path, default=None, metavar="DIR",
                         help="write each connection's audio, as received, to DIR/N.wav (float32, 16 kHz) when it "
                              "closes (N: the connection's number in the log)")
-    parser.add_argument("--threads", type=_positive(int), default=None, help="torch threads for the model")
+    parser.add_argument("--threads", type=_positive(int), default=1,
+                        help="torch threads for the model (default 1: a step's tensors are small, and threads that "
+                             "wait for each other on cores shared with other work cost more than they save)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even if CUDA is available")
     precision = parser.add_mutually_exclusive_group()
     for flag, dtype in (("--fp16", "float16"), ("--bf16", "bfloat16")):
@@ -82,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         logger.error(f"ssm-serve needs aiohttp ({error}): pip install 'ssm_fairseq[serve]'")
         return 1
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+    import torch
+    torch.set_num_threads(args.threads)
     try:
         recognizer = load_recognizer(args)
         problem = recognizer.streaming_problem()

@@ -61,7 +61,9 @@ class Session:
     def take_audio(self, multiple: int | None) -> np.ndarray:
         """The pending samples the stepper takes now, removed: all of them (``multiple`` None), or the most that are
         a whole number of ``multiple`` samples."""
-        audio = np.concatenate(self.pending) if len(self.pending) != 1 else self.pending[0]
+        if not self.pending:
+            return np.zeros(0, np.float32)
+        audio = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
         take = len(audio) if multiple is None else len(audio) // multiple * multiple
         taken, rest = audio[:take], audio[take:]
         self.pending = [rest] if len(rest) else []

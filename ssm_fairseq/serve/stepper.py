@@ -89,6 +89,10 @@ class StreamStepper:
                     session.stepping = True
                 try:
                     results = await loop.run_in_executor(self._executor, self._step, work)
+                except Exception as error:  # noqa: BLE001 - a bug here must not stop the stepping of others
+                    logger.exception(f"a step of {len(work)} streams failed")
+                    failure = ProtocolError("server_error", f"the server failed on this step: {error}")
+                    results = {session: ([], failure) for session in work}
                 finally:
                     for session in work:
                         session.stepping = False
