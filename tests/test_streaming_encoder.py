@@ -6,6 +6,7 @@ import torch
 
 from ssm_fairseq.asr.search.beam_search import BeamSearch, beam_search
 from ssm_fairseq.asr.search.greedy_search import GreedySearch, greedy_search
+from ssm_fairseq.asr.search.hypothesis import SearchSettings
 from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
 from transducer_cases import SMALL, build
@@ -109,14 +110,15 @@ def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk):
         with torch.no_grad():
             encoder = model.encoder(features, torch.tensor([T]))
         offline_greedy = greedy_search(model, encoder["encoder_out"], encoder["encoder_lengths"], 3, suppress)[0]
-        streamed = _streamed_search(model, features, chunk, GreedySearch(model, 1, features.device, 3, suppress))
+        settings = SearchSettings(3, suppress)
+        streamed = _streamed_search(model, features, chunk, GreedySearch(model, 1, features.device, settings))
         (greedy,), = streamed.finish()
         assert greedy.tokens == offline_greedy.tokens and greedy.frames == offline_greedy.frames
         assert greedy.score == pytest.approx(offline_greedy.score, abs=1e-6)
 
         offline_beam = beam_search(model, encoder["encoder_out"], encoder["encoder_lengths"], 3, 3, nbest=3,
                                    suppress=suppress)[0]
-        streamed = _streamed_search(model, features, chunk, BeamSearch(model, 1, features.device, 3, 3, suppress))
+        streamed = _streamed_search(model, features, chunk, BeamSearch(model, 1, features.device, 3, settings))
         partial = streamed.partial()[0]
         beams = streamed.finish(nbest=3)[0]
         assert [h.tokens for h in beams] == [h.tokens for h in offline_beam]
@@ -130,8 +132,8 @@ def test_searches_number_each_utterances_frames_and_finish_once():
     finished search takes no more frames."""
     model = _causal_model()
     encoder_out = torch.randn(2, 9, 32, dtype=torch.float64)
-    for search in (GreedySearch(model, 2, encoder_out.device, 3, (1, 2, 3), blank_penalty=20.0),
-                   BeamSearch(model, 2, encoder_out.device, 2, 3, (1, 2, 3), blank_penalty=20.0)):
+    for search in (GreedySearch(model, 2, encoder_out.device, SearchSettings(3, (1, 2, 3), 20.0)),
+                   BeamSearch(model, 2, encoder_out.device, 2, SearchSettings(3, (1, 2, 3), 20.0))):
         search.advance(encoder_out[:, :4], torch.tensor([4, 2]))  # utterance 1 gets two frames, then the rest
         search.advance(encoder_out[:, 4:], torch.tensor([5, 5]))
         frames = [h.frames for h in search.partial()]

@@ -22,10 +22,10 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs,
-    select_rows, selectable, start_predictor,
+    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, SearchSettings, joint_log_probs, selectable, start_predictor,
 )
 from .lm_fusion import LanguageModelFusion
+from .predictor_bank import PredictorBank
 
 
 class _Prefix(NamedTuple):
@@ -36,6 +36,14 @@ class _Prefix(NamedTuple):
     frames: tuple[int, ...]
     row: int  # the predictor state of this prefix in the search's state bank
     lm_row: int = -1  # its language-model state in the fusion's bank (-1: no fusion)
+
+
+class _Expansion(NamedTuple):
+    """A label chosen to extend a prefix of the frontier: the prefix's index in it, the label, the new score."""
+
+    index: int
+    label: int
+    score: float
 
 
 def _log_add(a: float, b: float) -> float:
@@ -73,32 +81,30 @@ class BeamSearch(ChunkedSearch):
     """Beam search over a batch of ``batch`` utterances whose encoder frames arrive in chunks.
 
     The hypotheses are kept between calls, so any split of the encoder output gives the hypotheses of one call
-    over all of it (streaming recognition); ``beam_search`` is one call.
+    over all of it (streaming recognition); ``beam_search`` is one call. Each expansion round of a frame runs the
+    joiner once, the predictor once and the language model (if fused) in as few calls as its states allow
+    (``LanguageModelFusion``) for the prefixes of all utterances.
 
     Args:
         model: a ``TransducerModel`` (uses ``predictor``, ``joiner`` and ``blank``).
         batch: number of utterances.
         device: where the predictor and joiner run.
         beam: prefixes kept per utterance after each frame, and label expansions kept per round.
-        max_symbols_per_frame: labels a prefix may emit within one frame (>= 1).
-        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
-        blank_penalty: subtracted from the blank's logit (``joint_log_probs``).
+        settings: the rules of a frame (``SearchSettings``: labels per frame, suppressed units, blank penalty).
         fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's (shallow
             fusion); the scores are then fused scores, and a finished hypothesis adds the LM's ``</s>`` score.
     """
 
     @torch.no_grad()
-    def __init__(self, model, batch: int, device: torch.device, beam: int,
-                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, suppress: Sequence[int] = (),
-                 blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None):
-        check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+    def __init__(self, model, batch: int, device: torch.device, beam: int, settings: SearchSettings = SearchSettings(),
+                 fusion: LanguageModelFusion | None = None):
+        settings.check(model.blank)
         if beam < 1:
             raise ValueError(f"need beam >= 1, got beam={beam}")
         super().__init__(batch)
-        self.model, self.beam, self.max_symbols_per_frame = model, beam, max_symbols_per_frame
-        self.suppress, self.blank_penalty, self.fusion = suppress, blank_penalty, fusion
-        # The state bank: predictor projection and LSTM state of every prefix in play, one row each.
-        self.bank_proj, self.bank_state = start_predictor(model, 1, device)
+        self.model, self.beam, self.settings, self.fusion = model, beam, settings, fusion
+        # every prefix in play has a row of predictor state here
+        self.bank = PredictorBank(*start_predictor(model, 1, device))
         lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
         self.beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
 
@@ -108,35 +114,99 @@ class BeamSearch(ChunkedSearch):
         utterance has (default all ``n``). Frame numbers in the hypotheses count each utterance's frames from the
         first call."""
         lengths = self._chunk_lengths(encoder_out, encoder_lengths)
-        model, fusion, beams, device = self.model, self.fusion, self.beams, encoder_out.device
-        batch = len(beams)
-        encoder_proj = model.joiner.encoder_proj(encoder_out)
+        encoder_proj = self.model.joiner.encoder_proj(encoder_out)
         for t in range(max(lengths, default=0)):
-            live = [b for b in range(batch) if lengths[b] > t]
-            finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
-            frontier = [(b, prefix) for b in live for prefix in beams[b]]  # grouped by utterance
-            for _ in range(self.max_symbols_per_frame):
-                utterances = torch.tensor([b for b, _ in frontier], device=device)
-                rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
-                log_probs = joint_log_probs(model, encoder_proj[utterances, t], self.bank_proj[rows],
-                                            self.blank_penalty)
-                if fusion is not None:
-                    log_probs = log_probs + fusion.scores([prefix.lm_row for _, prefix in frontier], device)
-                for (b, prefix), blank_score in zip(frontier, log_probs[:, model.blank].tolist()):
-                    _leave_frame(finished[b], prefix, blank_score)
-                frame_numbers = [done + t for done in self.frames_done]
-                frontier, self.bank_proj, self.bank_state = _expand(
-                    model, frame_numbers, frontier, log_probs, self.suppress, finished, self.beam, self.bank_proj,
-                    self.bank_state, fusion)
-                if not frontier:
-                    break
-            for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
-                _leave_frame(finished[b], prefix, 0.0)
+            live = [b for b in range(len(self.beams)) if lengths[b] > t]
+            finished = self._search_frame(encoder_proj[:, t], live, [done + t for done in self.frames_done])
             for b in live:
-                beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:self.beam]
-            self.bank_proj, self.bank_state, beams = _compact(self.bank_proj, self.bank_state, beams, fusion)
-        self.beams = beams
+                self.beams[b] = sorted(finished[b].values(), key=lambda p: -p.score)[:self.beam]
+            self._compact()
         self._chunk_done(lengths)
+
+    def _search_frame(self, encoder_rows: Tensor, live: list[int],
+                      frame_numbers: list[int]) -> dict[int, dict[tuple[int, ...], _Prefix]]:
+        """Expand the ``live`` utterances' beams within one frame (``encoder_rows``: ``B x J``, its encoder
+        projection; ``frame_numbers``: each utterance's number for it) -> for each, the prefixes that left the frame
+        by their labels."""
+        finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
+        frontier = [(b, prefix) for b in live for prefix in self.beams[b]]  # grouped by utterance
+        for _ in range(self.settings.max_symbols_per_frame):
+            log_probs = self._score(encoder_rows, frontier)
+            for (b, prefix), blank_score in zip(frontier, log_probs[:, self.model.blank].tolist()):
+                _leave_frame(finished[b], prefix, blank_score)
+            chosen = self._choose(frontier, log_probs, finished)
+            frontier = self._extend(frontier, chosen, log_probs, frame_numbers)
+            if not frontier:
+                break
+        for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
+            _leave_frame(finished[b], prefix, 0.0)
+        return finished
+
+    def _score(self, encoder_rows: Tensor, frontier: list[tuple[int, _Prefix]]) -> Tensor:
+        """The ``N x V`` (fused) log-probabilities of the next unit of each prefix of the frontier."""
+        device = encoder_rows.device
+        utterances = torch.tensor([b for b, _ in frontier], device=device)
+        rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
+        log_probs = joint_log_probs(self.model, encoder_rows[utterances], self.bank.proj[rows],
+                                    self.settings.blank_penalty)
+        if self.fusion is not None:
+            log_probs = log_probs + self.fusion.scores([prefix.lm_row for _, prefix in frontier], device)
+        return log_probs
+
+    def _choose(self, frontier: list[tuple[int, _Prefix]], log_probs: Tensor,
+                finished: dict[int, dict[tuple[int, ...], _Prefix]]) -> list[_Expansion]:
+        """The ``beam`` best (prefix, label) pairs of each utterance of the frontier.
+
+        Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
+        a score."""
+        vocab = log_probs.shape[1]
+        scores = torch.tensor([prefix.score for _, prefix in frontier], dtype=torch.float64, device=log_probs.device)
+        scores = scores.unsqueeze(1) + selectable(log_probs, self.settings.suppress).double()
+        scores[:, self.model.blank] = -math.inf
+        chosen: list[_Expansion] = []
+        start = 0
+        while start < len(frontier):
+            b = frontier[start][0]
+            end = start
+            while end < len(frontier) and frontier[end][0] == b:
+                end += 1
+            floor = _kth_best(finished[b], self.beam)
+            segment = scores[start:end].flatten()
+            top_scores, top_index = segment.topk(min(self.beam, segment.numel()))
+            for score, index in zip(top_scores.tolist(), top_index.tolist()):
+                if score <= floor:
+                    break
+                chosen.append(_Expansion(start + index // vocab, index % vocab, score))
+            start = end
+        return chosen
+
+    def _extend(self, frontier: list[tuple[int, _Prefix]], chosen: list[_Expansion], log_probs: Tensor,
+                frame_numbers: list[int]) -> list[tuple[int, _Prefix]]:
+        """The new frontier: each chosen prefix extended by its label at its utterance's frame number; the new
+        prefixes' predictor states (one batched step, added to the bank) and LM states (``fusion.advance``)."""
+        if not chosen:
+            return []
+        device = log_probs.device
+        labels = [expansion.label for expansion in chosen]
+        parents = [frontier[expansion.index] for expansion in chosen]
+        label_scores = log_probs[torch.tensor([e.index for e in chosen], device=device),
+                                 torch.tensor(labels, device=device)].tolist()
+        first = self.bank.extend(self.model, [prefix.row for _, prefix in parents], labels)
+        lm_rows = ([-1] * len(chosen) if self.fusion is None else
+                   self.fusion.advance([prefix.lm_row for _, prefix in parents], labels))
+        return [(b, _Prefix(parent.tokens + (expansion.label,), expansion.score, parent.path_score + label_score,
+                            parent.token_scores + (label_score,), parent.frames + (frame_numbers[b],), first + n,
+                            lm_row))
+                for n, ((b, parent), expansion, label_score, lm_row) in enumerate(zip(parents, chosen, label_scores,
+                                                                                      lm_rows))]
+
+    def _compact(self) -> None:
+        """Keep only the bank rows (and the fusion's LM rows) that the beams use, and renumber the prefixes."""
+        new_row = self.bank.keep([prefix.row for prefixes in self.beams for prefix in prefixes])
+        new_lm_row = ({-1: -1} if self.fusion is None else
+                      self.fusion.keep([p.lm_row for prefixes in self.beams for p in prefixes]))
+        self.beams = [[p._replace(row=new_row[p.row], lm_row=new_lm_row[p.lm_row]) for p in prefixes]
+                      for prefixes in self.beams]
 
     def partial(self, length_norm: float = 0.0) -> list[Hypothesis]:
         """The best hypothesis so far of each utterance, ranked as ``finish`` ranks with ``length_norm``
@@ -166,71 +236,16 @@ def beam_search(
     max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, nbest: int = 1, suppress: Sequence[int] = (),
     length_norm: float = 0.0, blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search (``BeamSearch``, whose arguments these are) over a whole batch: ``encoder_out`` ``B x T x D``
-    and ``encoder_lengths`` ``B`` valid frames per utterance. Returns, for each utterance, its ``nbest``
-    hypotheses, best first, ranked by ``score / (len + 1) ** length_norm`` (``ranking_score``)."""
+    """Beam search (``BeamSearch``; the arguments of its ``SearchSettings`` are given here one by one) over a whole
+    batch: ``encoder_out`` ``B x T x D`` and ``encoder_lengths`` ``B`` valid frames per utterance. Returns, for each
+    utterance, its ``nbest`` hypotheses, best first, ranked by ``score / (len + 1) ** length_norm``
+    (``ranking_score``)."""
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam; got beam={beam}, nbest={nbest}")
-    search = BeamSearch(model, encoder_out.shape[0], encoder_out.device, beam, max_symbols_per_frame, suppress,
-                        blank_penalty, fusion)
+    settings = SearchSettings(max_symbols_per_frame, tuple(suppress), blank_penalty)
+    search = BeamSearch(model, encoder_out.shape[0], encoder_out.device, beam, settings, fusion)
     search.advance(encoder_out, encoder_lengths)
     return search.finish(nbest, length_norm)
-
-
-def _expand(model, frame_numbers, frontier, log_probs, suppress, finished, beam, bank_proj, bank_state, fusion):
-    """Extend the frontier by one label: the ``beam`` best (prefix, label) pairs of each utterance (whose frame
-    number is ``frame_numbers[utterance]``).
-
-    Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
-    a score. The new prefixes' predictor states are computed in one batched step and appended to the bank.
-    """
-    vocab = log_probs.shape[1]
-    scores = torch.tensor([prefix.score for _, prefix in frontier], dtype=torch.float64, device=log_probs.device)
-    scores = scores.unsqueeze(1) + selectable(log_probs, suppress).double()
-    scores[:, model.blank] = -math.inf
-    chosen: list[tuple[int, int, float]] = []  # (frontier index, label, score)
-    start = 0
-    while start < len(frontier):
-        b = frontier[start][0]
-        end = start
-        while end < len(frontier) and frontier[end][0] == b:
-            end += 1
-        floor = _kth_best(finished[b], beam)
-        segment = scores[start:end].flatten()
-        top_scores, top_index = segment.topk(min(beam, segment.numel()))
-        for score, index in zip(top_scores.tolist(), top_index.tolist()):
-            if score <= floor:
-                break
-            chosen.append((start + index // vocab, index % vocab, score))
-        start = end
-    if not chosen:
-        return [], bank_proj, bank_state
-    parents = torch.tensor([frontier[i][1].row for i, _, _ in chosen], device=log_probs.device)
-    labels = torch.tensor([label for _, label, _ in chosen], device=log_probs.device)
-    label_scores = log_probs[torch.tensor([i for i, _, _ in chosen]), labels].tolist()
-    new_proj, new_state = advance_predictor(model, labels, select_rows(bank_state, parents))
-    lm_rows = ([-1] * len(chosen) if fusion is None else
-               fusion.advance([frontier[i][1].lm_row for i, _, _ in chosen], [label for _, label, _ in chosen]))
-    first = bank_proj.shape[0]
-    bank_proj = torch.cat([bank_proj, new_proj])
-    bank_state = [(torch.cat([h, nh], 1), torch.cat([c, nc], 1)) for (h, c), (nh, nc) in zip(bank_state, new_state)]
-    new_frontier = []
-    for n, ((i, label, score), label_score, lm_row) in enumerate(zip(chosen, label_scores, lm_rows)):
-        b, parent = frontier[i]
-        new_frontier.append((b, _Prefix(
-            parent.tokens + (label,), score, parent.path_score + label_score, parent.token_scores + (label_score,),
-            parent.frames + (frame_numbers[b],), first + n, lm_row)))
-    return new_frontier, bank_proj, bank_state
-
-
-def _compact(bank_proj, bank_state, beams, fusion):
-    """Keep only the bank rows (and the fusion's LM rows) that the beams use, and renumber the prefixes."""
-    used = sorted({prefix.row for prefixes in beams for prefix in prefixes})
-    new_row = {row: n for n, row in enumerate(used)}
-    new_lm_row = {-1: -1} if fusion is None else fusion.keep([p.lm_row for prefixes in beams for p in prefixes])
-    index = torch.tensor(used, device=bank_proj.device)
-    beams = [[p._replace(row=new_row[p.row], lm_row=new_lm_row[p.lm_row]) for p in prefixes] for prefixes in beams]
-    return bank_proj[index], select_rows(bank_state, index), beams
 
 
 def _finish(prefixes: list[_Prefix], fusion: LanguageModelFusion) -> list[_Prefix]:

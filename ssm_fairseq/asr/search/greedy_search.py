@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from .hypothesis import (
-    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, advance_predictor, check_search_arguments, joint_log_probs,
-    select_rows, selectable, start_predictor,
+    MAX_SYMBOLS_PER_FRAME, ChunkedSearch, Hypothesis, SearchSettings, advance_predictor, joint_log_probs, select_rows,
+    selectable, start_predictor,
 )
 from .lm_fusion import LanguageModelFusion
 
@@ -22,28 +22,24 @@ class GreedySearch(ChunkedSearch):
 
     At frame ``t`` each utterance takes the joiner's argmax; a label is emitted (the predictor advances and the
     same frame is scored again), blank moves to frame ``t + 1``. An utterance that has emitted
-    ``max_symbols_per_frame`` labels in one frame moves to frame ``t + 1`` without a blank: the limit bounds the
-    work, it never scores a blank the model did not choose. The score is the log-probability of the path taken,
-    which is that of an RNN-T alignment whenever the limit did not bind.
+    ``settings.max_symbols_per_frame`` labels in one frame moves on without a blank. Each round of a frame runs the
+    joiner once, the predictor once and the language model (if fused) once for all the utterances still in it.
 
     Args:
         model: a ``TransducerModel`` (uses ``predictor``, ``joiner`` and ``blank``).
         batch: number of utterances.
         device: where the predictor and joiner run.
-        max_symbols_per_frame: labels allowed per frame (>= 1).
-        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
-        blank_penalty: subtracted from the blank's logit (``joint_log_probs``); 0 keeps the model's scores.
+        settings: the rules of a frame (``SearchSettings``: labels per frame, suppressed units, blank penalty).
         fusion: a language model's weighted scores (``LanguageModelFusion``), added to every label's before the
             argmax (shallow fusion); the score is then the fused score, the LM's ``</s>`` score included.
     """
 
     @torch.no_grad()
-    def __init__(self, model, batch: int, device: torch.device, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
-                 suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None):
-        check_search_arguments(max_symbols_per_frame, suppress, model.blank)
+    def __init__(self, model, batch: int, device: torch.device, settings: SearchSettings = SearchSettings(),
+                 fusion: LanguageModelFusion | None = None):
+        settings.check(model.blank)
         super().__init__(batch)
-        self.model, self.max_symbols_per_frame, self.suppress = model, max_symbols_per_frame, suppress
-        self.blank_penalty, self.fusion = blank_penalty, fusion
+        self.model, self.settings, self.fusion = model, settings, fusion
         self.predictor_proj, self.state = start_predictor(model, batch, device)
         self.tokens: list[list[int]] = [[] for _ in range(batch)]
         self.token_scores: list[list[float]] = [[] for _ in range(batch)]
@@ -58,33 +54,37 @@ class GreedySearch(ChunkedSearch):
         first call."""
         lengths = self._chunk_lengths(encoder_out, encoder_lengths)
         encoder_lengths = torch.tensor(lengths, device=encoder_out.device)
-        model, fusion, suppress = self.model, self.fusion, self.suppress
-        encoder_proj = model.joiner.encoder_proj(encoder_out)
+        encoder_proj = self.model.joiner.encoder_proj(encoder_out)
         for t in range(encoder_out.shape[1]):
             rows = (encoder_lengths > t).nonzero().squeeze(1)  # utterances still in frame t
-            for _ in range(self.max_symbols_per_frame):
+            for _ in range(self.settings.max_symbols_per_frame):
                 if rows.numel() == 0:
                     break
-                log_probs = joint_log_probs(model, encoder_proj[rows, t], self.predictor_proj[rows],
-                                            self.blank_penalty)
-                if fusion is not None:
-                    log_probs = log_probs + fusion.scores([self.lm_rows[row] for row in rows.tolist()],
-                                                          log_probs.device)
-                best = selectable(log_probs, suppress).argmax(-1)
-                best_score = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
-                self.scores.index_add_(0, rows, best_score.double())
-                emit = best != model.blank
-                rows, labels, label_scores = rows[emit], best[emit], best_score[emit]
-                for row, label, score in zip(rows.tolist(), labels.tolist(), label_scores.tolist()):
-                    self.tokens[row].append(label)
-                    self.token_scores[row].append(score)
-                    self.frames[row].append(self.frames_done[row] + t)
-                if rows.numel():
-                    self._emit(rows, labels)
-            if fusion is not None:  # only the utterances' current LM states stay
-                renumber = fusion.keep(self.lm_rows)
+                rows = self._round(encoder_proj[rows, t], rows, t)
+            if self.fusion is not None:  # only the utterances' current LM states stay
+                renumber = self.fusion.keep(self.lm_rows)
                 self.lm_rows = [renumber[row] for row in self.lm_rows]
         self._chunk_done(lengths)
+
+    def _round(self, encoder_rows: Tensor, rows: Tensor, t: int) -> Tensor:
+        """One emission round of frame ``t`` for the utterances ``rows`` (their ``N x J`` encoder projections
+        ``encoder_rows``): score, take the argmax, record the labels -> the utterances that emitted one."""
+        model, settings = self.model, self.settings
+        log_probs = joint_log_probs(model, encoder_rows, self.predictor_proj[rows], settings.blank_penalty)
+        if self.fusion is not None:
+            log_probs = log_probs + self.fusion.scores([self.lm_rows[row] for row in rows.tolist()], log_probs.device)
+        best = selectable(log_probs, settings.suppress).argmax(-1)
+        best_score = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+        self.scores.index_add_(0, rows, best_score.double())
+        emit = best != model.blank
+        rows, labels, label_scores = rows[emit], best[emit], best_score[emit]
+        for row, label, score in zip(rows.tolist(), labels.tolist(), label_scores.tolist()):
+            self.tokens[row].append(label)
+            self.token_scores[row].append(score)
+            self.frames[row].append(self.frames_done[row] + t)
+        if rows.numel():
+            self._emit(rows, labels)
+        return rows
 
     def _emit(self, rows: Tensor, labels: Tensor) -> None:
         """Advance the predictor (and the LM) of ``rows`` by their emitted ``labels``."""
@@ -122,10 +122,10 @@ def greedy_search(
     model, encoder_out: Tensor, encoder_lengths: Tensor, max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME,
     suppress: Sequence[int] = (), blank_penalty: float = 0.0, fusion: LanguageModelFusion | None = None,
 ) -> list[Hypothesis]:
-    """Greedy search (``GreedySearch``, whose arguments these are) over a whole batch: ``encoder_out``
-    ``B x T x D`` and ``encoder_lengths`` ``B`` valid frames per utterance. Returns one ``Hypothesis`` per
-    utterance."""
-    search = GreedySearch(model, encoder_out.shape[0], encoder_out.device, max_symbols_per_frame, suppress,
-                          blank_penalty, fusion)
+    """Greedy search (``GreedySearch``; the arguments of its ``SearchSettings`` are given here one by one) over a
+    whole batch: ``encoder_out`` ``B x T x D`` and ``encoder_lengths`` ``B`` valid frames per utterance. Returns one
+    ``Hypothesis`` per utterance."""
+    settings = SearchSettings(max_symbols_per_frame, tuple(suppress), blank_penalty)
+    search = GreedySearch(model, encoder_out.shape[0], encoder_out.device, settings, fusion)
     search.advance(encoder_out, encoder_lengths)
     return [hypotheses[0] for hypotheses in search.finish()]

@@ -1,4 +1,5 @@
-"""A transducer search result, the per-frame label limit's default, and the predictor steps both searches share."""
+"""What greedy and beam search share: the result (``Hypothesis``), the rules of a frame (``SearchSettings``), the
+resumable frame count (``ChunkedSearch``) and the joiner and predictor steps."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,12 +57,30 @@ class ChunkedSearch:
         self.finished = True
 
 
-def check_search_arguments(max_symbols_per_frame: int, suppress: Sequence[int], blank: int) -> None:
-    """Errors for a limit below 1 or a suppressed blank (the search could never leave a frame)."""
-    if max_symbols_per_frame < 1:
-        raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
-    if blank in suppress:
-        raise ValueError(f"the blank ({blank}) cannot be suppressed")
+@dataclass(frozen=True)
+class SearchSettings:
+    """The rules of a frame, the same in greedy and beam search.
+
+    Args:
+        max_symbols_per_frame: labels a hypothesis may emit within one encoder frame before the search moves it to
+            the next frame without a blank (>= 1; 1 is icefall's "modified beam search" topology).
+        suppress: units never emitted (e.g. ``<pad>``, ``<unk>``, ``</s>``); the blank cannot be suppressed.
+        blank_penalty: subtracted from the blank's logit (``joint_log_probs``); 0 keeps the model's scores.
+    """
+
+    max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME
+    suppress: tuple[int, ...] = ()
+    blank_penalty: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "suppress", tuple(self.suppress))
+        if self.max_symbols_per_frame < 1:
+            raise ValueError(f"max_symbols_per_frame must be >= 1, got {self.max_symbols_per_frame}")
+
+    def check(self, blank: int) -> None:
+        """Refuse a suppressed blank (the search could never leave a frame)."""
+        if blank in self.suppress:
+            raise ValueError(f"the blank ({blank}) cannot be suppressed")
 
 
 def selectable(log_probs: Tensor, suppress: Sequence[int]) -> Tensor:

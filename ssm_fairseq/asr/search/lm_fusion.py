@@ -5,22 +5,22 @@ scored by the LM; a finished hypothesis adds ``weight * log p_lm(</s> | labels)`
 transducer's units, and its context starts with ``</s>``, as fairseq's language models see a sentence start in
 their training streams (fairseq-eval-lm and fairseq's own LM generation start the same way).
 
-LM states: fairseq's incremental decoders (``transformer_lm``, ``lstm_lm``, ``spade_lm``) keep one cache per batch
-row, and the rows of one incremental state step together, so they all hold prefixes of one length. The hypotheses
-of a search have different lengths, so the states are kept in groups: a group is one incremental state whose rows
-were advanced together, and a row of the bank is (group, index in it). Advancing a set of rows takes one LM step
-per group they come from, on a copy of that group's state reordered to the rows asked for (fairseq's
-``reorder_incremental_state``, as its beam search uses it); each row's LM step therefore sees exactly the labels
-of its hypothesis, as the full forward pass over them would.
+LM states (``lm_states.LanguageModelStates``): the hypotheses' incremental states are gathered and concatenated so
+that all the rows a search extends in one round step in one LM call where their states allow (an LM with a
+fixed-size state: always; ``transformer_lm`` and ``spade_lm``, whose states grow with the prefix: one call per
+prefix length), each with exactly its own labels, as the full forward pass over them would see them. Each row keeps
+its weighted log-probabilities over the whole vocabulary, so a later expansion's LM score is a lookup. At weight 0
+the LM is never run.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
+
+from .lm_states import LanguageModelStates
 
 
 class LanguageModelMismatchError(ValueError):
@@ -84,110 +84,85 @@ def check_same_units(lm_dictionary, asr_dictionary, lm_name: str = "the language
         f"{note}{advice}")
 
 
-@dataclass
-class _Group:
-    """Rows whose LM states stepped together: an incremental state, the labels fed (``n x l``, ``</s>`` first),
-    the weighted next-unit log-probabilities ``n x V`` (blank column 0) and the weighted ``</s>`` ones ``n``."""
-
-    state: dict
-    tokens: Tensor
-    scores: Tensor
-    eos: Tensor
-
-
-def _copy_structure(value: Any) -> Any:
-    """A copy of nested dicts, lists and tuples sharing their tensors: fairseq's reorders replace the tensors of
-    a state (``index_select``), so reordering the copy leaves the original as it was."""
-    if isinstance(value, dict):
-        return {key: _copy_structure(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_copy_structure(item) for item in value)
-    return value
-
-
 class LanguageModelFusion:
     """A fairseq language model's scores for the hypotheses of one transducer search.
 
     Args:
         lm: a ``FairseqLanguageModel`` with an incremental decoder, over the transducer's units.
         weight: the LM weight ``W`` of the fused score, finite and >= 0 (``check_lm_weight``); ``W * log p_lm`` must
-            be a finite float32 too, else the step that meets it raises ``LanguageModelWeightError``.
+            be a finite float32 too, else the step that meets it raises ``LanguageModelWeightError``. At 0 the LM is
+            never run: every score is 0.
         blank: the transducer's blank, which the LM never scores (its column of ``scores`` is 0).
         eos: the dictionary's ``</s>``: the LM's first input, and the unit whose probability ends a hypothesis.
         add_eos: whether ``eos_scores`` adds ``W * log p_lm(</s> | labels)`` (``--lm-eos``); 0 when False.
 
-    Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses).
+    Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses). Each row's weighted
+    log-probabilities over the whole vocabulary are kept from the LM step that made it, so scoring any expansion of
+    it is a lookup; ``advance`` steps all the rows asked for in as few LM calls as their states allow
+    (``LanguageModelStates``): one for an LM with a fixed-size state, one per prefix length for the others.
     """
 
     def __init__(self, lm, weight: float, blank: int, eos: int, add_eos: bool = True):
         check_lm_weight(weight)
         self.lm, self.weight, self.blank, self.eos, self.add_eos = lm, weight, blank, eos, add_eos
+        self.states = LanguageModelStates(lm, lm.decoder.dictionary.pad()) if weight else None
         self.device = next(lm.parameters()).device
-        self._rows: list[tuple[_Group, int]] = []
+        vocab = len(lm.decoder.dictionary)
+        # the rows' weighted next-unit log-probabilities (blank column 0) and weighted log p_lm(</s> | labels), in
+        # buffers with room for more rows
+        self._scores = torch.zeros(0, vocab, device=self.device)
+        self._eos = torch.zeros(0, device=self.device)
+        self._count = 0
 
     def start(self, count: int) -> list[int]:
         """``count`` new rows of the empty hypothesis (the LM fed ``</s>``)."""
-        tokens = torch.full((count, 1), self.eos, dtype=torch.long, device=self.device)
-        group = self._step(tokens, {})
-        return self._add(group)
+        log_probs = None if self.states is None else self.states.start((self.eos,), count)
+        return self._add(count, log_probs)
 
     def scores(self, rows: Sequence[int], device: torch.device | None = None) -> Tensor:
         """``N x V`` weighted next-unit log-probabilities of ``rows`` (the blank's column is 0), float32."""
-        out = torch.stack([group.scores[index] for group, index in (self._rows[row] for row in rows)])
+        out = self._scores[torch.tensor(rows, dtype=torch.long, device=self.device)]
         return out if device is None else out.to(device)
 
     def advance(self, rows: Sequence[int], labels: Sequence[int]) -> list[int]:
-        """New rows: ``rows[i]`` followed by ``labels[i]``, one LM step per group the rows come from."""
-        new_rows: list[int] = [-1] * len(rows)
-        by_group: dict[int, tuple[_Group, list[int]]] = {}
-        for position, row in enumerate(rows):
-            group = self._rows[row][0]
-            by_group.setdefault(id(group), (group, []))[1].append(position)
-        for group, positions in by_group.values():
-            index = torch.tensor([self._rows[rows[p]][1] for p in positions], device=self.device)
-            label = torch.tensor([labels[p] for p in positions], device=self.device)
-            state = _copy_structure(group.state)
-            self.lm.decoder.reorder_incremental_state_scripting(state, index)
-            for position, row in zip(positions, self._add(self._step(
-                    torch.cat([group.tokens[index], label.unsqueeze(1)], 1), state))):
-                new_rows[position] = row
-        return new_rows
+        """New rows: ``rows[i]`` followed by ``labels[i]``, stepped in as few LM calls as their states allow."""
+        log_probs = None if self.states is None else self.states.advance(rows, labels)
+        return self._add(len(rows), log_probs)
 
     def eos_scores(self, rows: Sequence[int]) -> list[float]:
         """``W * log p_lm(</s> | labels)`` of each row, or zeros without ``add_eos``."""
         if not self.add_eos:
             return [0.0] * len(rows)
-        return [group.eos[index].item() for group, index in (self._rows[row] for row in rows)]
+        return self._eos[torch.tensor(rows, dtype=torch.long, device=self.device)].tolist()
 
     def keep(self, rows: Sequence[int]) -> dict[int, int]:
-        """Drop every row but ``rows`` -> {old row: new row}. Groups shrink to the rows kept (in place)."""
-        places = {row: self._rows[row] for row in sorted(set(rows))}
-        by_group: dict[int, tuple[_Group, set[int]]] = {}
-        for group, index in places.values():
-            by_group.setdefault(id(group), (group, set()))[1].add(index)
-        self._rows, new_row = [], {}
-        for group, used in by_group.values():
-            indices = sorted(used)
-            if len(indices) < group.tokens.shape[0]:
-                index = torch.tensor(indices, device=self.device)
-                self.lm.decoder.reorder_incremental_state_scripting(group.state, index)
-                group.tokens, group.scores, group.eos = group.tokens[index], group.scores[index], group.eos[index]
-            for n, old_index in enumerate(indices):
-                new_row[id(group), old_index] = len(self._rows)
-                self._rows.append((group, n))
-        return {row: new_row[id(group), index] for row, (group, index) in places.items()}
+        """Drop every row but ``rows`` -> {old row: new row}. The rows are renumbered (and the LM states of the
+        others freed) once at least half of them are dropped ones; until then each row keeps its number."""
+        kept = sorted(set(rows))
+        if 2 * len(kept) > self._count:
+            return {row: row for row in kept}
+        index = torch.tensor(kept, dtype=torch.long, device=self.device)
+        self._scores, self._eos = self._scores[index], self._eos[index]
+        self._count = len(kept)
+        if self.states is not None:
+            self.states.keep(kept)
+        return {row: new for new, row in enumerate(kept)}
 
-    @torch.no_grad()
-    def _step(self, tokens: Tensor, state: dict) -> _Group:
-        """Feed the last column of ``tokens`` (``n x l``, the whole prefixes, as fairseq's incremental decoders
-        take them) to the LM with ``state`` -> the group of the new rows."""
-        out = self.lm.decoder(tokens, incremental_state=state)
-        log_probs = self.lm.get_normalized_probs(out, log_probs=True)[:, -1].float()
-        weighted = log_probs * self.weight if self.weight else torch.zeros_like(log_probs)
-        self._check_finite(log_probs, weighted)
-        eos = weighted[:, self.eos].clone()
-        weighted[:, self.blank] = 0.0
-        return _Group(state, tokens, weighted, eos)
+    def _add(self, count: int, log_probs: Tensor | None) -> list[int]:
+        """Rows for ``count`` new LM states with ``count x V`` ``log_probs`` (None: the LM is not run)."""
+        first = self._count
+        if first + count > self._scores.shape[0]:  # room for twice as many rows
+            room = max(2 * (first + count), 16) - first
+            self._scores = torch.cat([self._scores[:first], self._scores.new_zeros(room, self._scores.shape[1])])
+            self._eos = torch.cat([self._eos[:first], self._eos.new_zeros(room)])
+        if log_probs is not None and count:
+            weighted = log_probs * self.weight
+            self._check_finite(log_probs, weighted)
+            self._eos[first:first + count] = weighted[:, self.eos]
+            weighted[:, self.blank] = 0.0
+            self._scores[first:first + count] = weighted
+        self._count += count
+        return list(range(first, first + count))
 
     def _check_finite(self, log_probs: Tensor, weighted: Tensor) -> None:
         """The rule for the weight: every fused score must be a finite float32, so ``weight * log p_lm`` must be;
@@ -201,8 +176,3 @@ class LanguageModelFusion:
         raise LanguageModelWeightError(
             f"--lm-weight {self.weight} is too large: times the language model's log-probabilities (as low as "
             f"{lowest:.4g}) it gives fused scores beyond float32's range (inf); use a weight of the order of 0.1 to 1")
-
-    def _add(self, group: _Group) -> list[int]:
-        first = len(self._rows)
-        self._rows.extend((group, index) for index in range(group.tokens.shape[0]))
-        return list(range(first, len(self._rows)))

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .beam_search import BeamSearch
 from .greedy_search import GreedySearch
-from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis
+from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis, SearchSettings
 from .lm_fusion import LanguageModelFusion, check_is_language_model, check_lm_weight, check_same_units
 
 
@@ -44,7 +44,7 @@ class TransducerGenerator:
         lm_model: a fairseq language model over the same dictionary, fused into the search (``lm_fusion``): every
             emitted label scores ``log p_asr + lm_weight * log p_lm``, and the scores, ``H-`` and ``P-`` lines
             included, are fused scores. None (the default) decodes with the transducer alone.
-        lm_weight: the LM's weight; 0 leaves the search as it is without an LM.
+        lm_weight: the LM's weight; 0 searches without the LM (it is never run).
         lm_eos: add ``lm_weight * log p_lm(</s> | hypothesis)`` when a hypothesis is finished.
         dtype: the floating-point type to decode in; the model is converted to it (``torch.bfloat16`` for
             ``fairseq-generate --bf16``, which, unlike ``--fp16``, fairseq leaves to the generator). None keeps the
@@ -62,10 +62,10 @@ class TransducerGenerator:
         if nbest > beam:
             raise ValueError(f"--nbest {nbest} needs --beam >= {nbest}")
         self.model = models[0] if dtype is None else models[0].to(dtype)
-        self.beam, self.nbest, self.max_symbols_per_frame = beam, nbest, max_symbols_per_frame
-        self.length_norm, self.blank_penalty = length_norm, blank_penalty
+        self.beam, self.nbest, self.length_norm = beam, nbest, length_norm
         self.eos = tgt_dict.eos()
         self.suppress = sorted({tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()} - {self.model.blank})
+        self.settings = SearchSettings(max_symbols_per_frame, tuple(self.suppress), blank_penalty)
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
         check_lm_weight(lm_weight)
         if lm_weight and lm_model is None:
@@ -95,14 +95,13 @@ class TransducerGenerator:
 
     def search(self, batch: int, device: torch.device) -> GreedySearch | BeamSearch:
         """A new search over ``batch`` utterances with this generator's settings (greedy for beam 1), fused with
-        its language model if it has one; feed it encoder frames with ``advance``, in one call or in chunks."""
-        fusion = None if self.lm_model is None else LanguageModelFusion(
+        its language model if it has one and a weight above 0; feed it encoder frames with ``advance``, in one call
+        or in chunks."""
+        fusion = None if self.lm_model is None or not self.lm_weight else LanguageModelFusion(
             self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos)
         if self.beam == 1:
-            return GreedySearch(self.model, batch, device, self.max_symbols_per_frame, self.suppress,
-                                self.blank_penalty, fusion)
-        return BeamSearch(self.model, batch, device, self.beam, self.max_symbols_per_frame, self.suppress,
-                          self.blank_penalty, fusion)
+            return GreedySearch(self.model, batch, device, self.settings, fusion)
+        return BeamSearch(self.model, batch, device, self.beam, self.settings, fusion)
 
     def model_dtype(self) -> torch.dtype:
         """The dtype of the model's floating-point parameters, which the features are cast to."""
