@@ -99,8 +99,8 @@ def _speech_and_silences(files: list[Path], silences: list[float]) -> tuple[np.n
 
 def test_segments_end_at_known_silences_and_each_holds_its_speech(causal):
     """Three utterances with 2.0 s, then 4.5 s of digital silence after them, streamed in 320 ms chunks with the
-    default rules (1.2 s after speech, 2.4 s without speech, 20 s at most): three segments, each holding the words
-    of its utterance's sound, timed within it; each endpoint 1.2 s after the last sound frame's word, at most one
+    default rules (0.8 s after speech, 2.4 s without speech, 20 s at most): three segments, each holding the words
+    of its utterance's sound, timed within it; each endpoint 0.8 s after the last sound frame's word, at most one
     chunk (and one encoder frame) later, inside the silence; the 4.5 s silence has a segment without a word (rule
     1), not kept; the segments start at 0 and the last ends with the audio."""
     data, checkpoint, files = causal

@@ -10,22 +10,30 @@ sub-sampling stride x 10 ms, 40 ms for this package's models), any of which ends
 1. ``silence_without_speech``: the segment has no label yet and has lasted this long (default 2.4 s). Nothing is
    written for it; it only keeps the search from carrying a long silence into the next sentence.
 2. ``silence_after_speech``: the segment has labels, and the best hypothesis has emitted only blanks for this
-   long since its last label (default 1.2 s).
+   long since its last label (default 0.8 s).
 3. ``max_segment``: the segment has lasted this long, whatever it holds (default 20 s): bounds the work and the
    memory a search (and an LM context) can accumulate, and the length of a subtitle.
 
-The rules and their units are those of the endpointing of icefall's and sherpa's streaming decoders, and so are
-the defaults (2.4 s, 1.2 s, 20 s). A shorter rule 2 was tried and is not the default: on test-mini utterances
-joined with 0.6 to 2 s pauses of faint noise, the mini recipe's streaming model (mid-training, epoch 17) went
-up to about 1 s without a label inside sentences (its emissions lag the sound, and it deletes words), so 0.8 s
-cut sentences in two where 1.2 s did not. Measured there too, two things the rules cannot fix: after a pause
-shorter than rule 2 plus the model's emission lag (about 0.5 s), the endpoint falls inside the next sentence; and
-a search restarted in a pause may emit a sentence's usual first word at once, before any speech (the causal
+The rules and their units are those of the endpointing of icefall's and sherpa's streaming decoders; rules 1 and 3
+keep their defaults (2.4 s, 20 s), rule 2 is shorter than their 1.2 s. Measured with the mini recipe's streaming
+model (``checkpoint_avg3.pt``, beam 4, 320 ms chunks) on the 60 test-mini utterances joined three by three with
+pauses of faint noise (WER of the joined transcripts; 24.8% decoded one by one):
+
+    pause   no endpoints   rule 2 = 0.8 s          rule 2 = 1.2 s
+    1.0 s   67.3%          54.5% (67 segments)     59.3% (55 segments)
+    0.5 s   64.7%          50.4% (57 segments)     55.0% (47 segments)
+
+(60 sentences each time.) An endpoint sooner after a sentence restarts the search sooner, which is what the
+models of this package, trained on single sentences, need (issue 50); on test-mini joined with 1 to 2 s pauses,
+0.8 s put every endpoint inside a pause, 1.2 s two of 12 up to 0.2 s into the next sentence (emissions lag the
+sound). After a pause shorter than rule 2 plus that lag, the endpoint falls inside the next sentence either way.
+Speech slower than read speech may need 1.2 s (``--endpoint-silence-after-speech``).
+
+A search restarted in a pause may emit a sentence's usual first word at once, before any speech (the causal
 model's sentence-initial prior, issue 50). A stream drops a segment after an endpoint whose labels all came at its
-first frame (``Stream``), which removes those in digital silence; in faint noise the model went on to emit a word
-or two more, and such segments are kept (10 s of noise after a sentence gave 4 of them; 10 s of zeros, none).
-A search that is not restarted stays quiet in those pauses, but restarting it only when it emits again (tried)
-lost whole sentences: with the first sentence as its context, it did not wake up for the next ones.
+first frame (``Stream``): mid-training, the mini model otherwise gave 6 segments of such words in 10 s of digital
+silence after a sentence. A search that is not restarted stays quiet in pauses, but restarting it only when it
+emits again (tried) lost whole sentences: with the first sentence as its context, it did not wake up for the next.
 
 Segments are cut at the encoder frames the stream has been given: a stream checks the rules after each chunk, so
 an endpoint falls up to one chunk after the rule's time. ``split_words`` applies rules 2 and 3 to a transcript's
@@ -42,7 +50,7 @@ from typing import Sequence
 from .transcripts import Segment, TimedWordLike
 
 DEFAULT_SILENCE_WITHOUT_SPEECH = 2.4  # seconds: rule 1
-DEFAULT_SILENCE_AFTER_SPEECH = 1.2  # seconds: rule 2
+DEFAULT_SILENCE_AFTER_SPEECH = 0.8  # seconds: rule 2
 DEFAULT_MAX_SEGMENT = 20.0  # seconds: rule 3
 
 
