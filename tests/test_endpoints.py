@@ -164,6 +164,35 @@ def test_at_each_endpoint_the_search_restarts_and_the_encoder_carries_on(causal)
     assert [s.text for s in segments] == texts
 
 
+def test_with_reset_encoder_each_segment_is_its_audio_transcribed_alone(causal):
+    """``reset_encoder``: at each endpoint the encoder starts afresh too, so each segment's text is that of a fresh
+    encoder and a fresh search over the segment's own filterbank frames (those its encoder frames stand for)."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    samples = sf.read(str(files[0]), dtype="float32")[0]
+    stream = recognizer.stream(endpoints=EndpointRules(max_segment=0.5, reset_encoder=True))
+    for start in range(0, len(samples), 2560):
+        stream.accept_waveform(samples[start:start + 2560])
+    segments = stream.finish_segments()
+    assert len(segments) >= 3 and all(s.text for s in segments)
+    features = recognizer.features(files[0]).unsqueeze(0)
+    stride, frame = recognizer.encoder_stride, recognizer.frame_seconds
+    bounds = [round(s.start / frame) * stride for s in segments] + [features.shape[1]]
+    texts = []
+    for first, last in zip(bounds, bounds[1:]):
+        with torch.no_grad():
+            encoded = recognizer.model.encoder(features[:, first:last], torch.tensor([last - first]))["encoder_out"]
+        search = recognizer.generator.search(1, recognizer.device)
+        search.advance(encoded)
+        (best, *_), = search.finish(1, recognizer.generator.length_norm)
+        texts.append(recognizer.text(best.tokens))
+    assert [s.text for s in segments] == texts
+    carried = recognizer.stream(endpoints=EndpointRules(max_segment=0.5))
+    for start in range(0, len(samples), 2560):
+        carried.accept_waveform(samples[start:start + 2560])
+    assert [s.start for s in carried.finish_segments()] == [s.start for s in segments]
+
+
 def _cli(checkpoint: Path, *arguments: str) -> list[str]:
     return [*arguments, "--checkpoint", str(checkpoint), "--beam", "1", "--max-symbols-per-frame", "2",
             "--blank-penalty", "20", "--cpu"]

@@ -37,7 +37,8 @@ partial transcript is the final one.
 With ``endpoints`` (``EndpointRules``), the stream is cut into segments: after each chunk the rules look at the
 segment's best hypothesis, and at an endpoint the segment ends (its final transcript, as ``finish`` gives it, with
 its start and end in seconds from the utterance's start) and the search starts afresh (the language model's
-context too: each search has its own), while the filterbank and the encoder carry on. Segments without a word are
+context too: each search has its own), while the filterbank and the encoder carry on (the encoder starts afresh
+too with ``EndpointRules(reset_encoder=True)``). Segments without a word are
 not kept, nor those after an endpoint whose labels all came at their first frame (a causal model's sentence-initial
 prior, emitted before any speech: ``ssm_fairseq.asr.endpoints`` says more). Without endpoints the utterance is one
 segment, from 0 to its length, kept even without a word.
@@ -261,6 +262,8 @@ class Stream:
         text = self.recognizer.text(best.tokens)
         if self.endpoints is None or (text and not self._prior_only(best)):
             self.segments.append(Segment(min(start, end), end, text, words))
+        if not final and self.endpoints.reset_encoder:
+            self.encoder_cache = {}  # the next frames start the encoder afresh, as a new utterance
         self._new_segment(self.segment_start + frames)
 
     def _prior_only(self, best: Hypothesis) -> bool:

@@ -128,6 +128,9 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_SILENCE_WITHOUT_SPEECH:g})")
     parser.add_argument("--max-segment", type=float, default=None, metavar="SECONDS",
                         help=f"with --endpoints: the longest segment (default {DEFAULT_MAX_SEGMENT:g})")
+    parser.add_argument("--endpoint-reset-encoder", action="store_true",
+                        help="with --endpoints --stream: the encoder starts afresh at each endpoint too, as for a new "
+                             "utterance (default: it carries its state on)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -174,12 +177,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _endpoint_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EndpointRules | None:
     """``--endpoints``' rules, the defaults where no flag sets them; None without ``--endpoints``."""
-    given = {"silence_after_speech": args.endpoint_silence_after_speech,
-             "silence_without_speech": args.endpoint_silence_without_speech, "max_segment": args.max_segment}
-    given = {name: value for name, value in given.items() if value is not None}
+    flags = {"silence_after_speech": "--endpoint-silence-after-speech",
+             "silence_without_speech": "--endpoint-silence-without-speech", "max_segment": "--max-segment",
+             "reset_encoder": "--endpoint-reset-encoder"}
+    given = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in flags.items()}
+    given = {name: value for name, value in given.items() if value not in (None, False)}
     if not args.endpoints:
         if given:
-            parser.error(f"--{next(iter(given)).replace('_', '-')}: an endpoint rule; add --endpoints")
+            parser.error(f"{flags[next(iter(given))]}: an endpoint setting; add --endpoints")
         return None
     try:
         return EndpointRules(**given)
