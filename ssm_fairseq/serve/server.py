@@ -62,12 +62,19 @@ class SpeechServer:
         self.app.add_routes([web.get("/", self.index), web.get("/asr", self.websocket),
                              web.get("/health", self.health), web.static("/static", STATIC)])
         self.app.cleanup_ctx.append(self._stepping)
+        self.app.on_response_prepare.append(self._revalidated)
 
     async def _stepping(self, app: web.Application):
         task = asyncio.create_task(self.stepper.run(), name="ssm-serve stepper")
         yield
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+    @staticmethod
+    async def _revalidated(request: web.Request, response: web.StreamResponse) -> None:
+        """The page and its scripts are revalidated on every load: a browser never runs a stale worklet."""
+        if isinstance(response, web.FileResponse):
+            response.headers["Cache-Control"] = "no-cache"
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Upgrade", "").lower() == "websocket":

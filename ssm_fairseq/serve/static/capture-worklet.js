@@ -1,6 +1,7 @@
 // The microphone's samples, at the AudioContext's rate, -> 16 kHz mono float32 chunks posted to the page.
 // At 16 kHz the samples pass through unchanged; at another rate they are low-pass filtered below 8 kHz (a
-// windowed-sinc FIR at the input rate) and read at 16 kHz by linear interpolation between filtered samples.
+// windowed-sinc FIR at the input rate) and read at 16 kHz by linear interpolation between filtered samples. Samples
+// are clipped to [-1, 1] (the browser's own resampling, or this one, overshoots a full-scale signal slightly).
 const OUTPUT_RATE = 16000;
 const CHUNK = 1600;  // 100 ms per message
 const TAPS = 63;
@@ -41,8 +42,8 @@ class Capture16k extends AudioWorkletProcessor {
     };
   }
 
-  emit(sample) {
-    this.chunk[this.filled++] = sample;
+  emit(sample) {  // clipped to [-1, 1], which the protocol takes: resampling overshoots a full-scale signal
+    this.chunk[this.filled++] = Math.max(-1, Math.min(1, sample));
     if (this.filled === CHUNK) {
       this.port.postMessage(this.chunk.slice());
       this.filled = 0;
