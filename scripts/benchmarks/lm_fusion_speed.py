@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -136,12 +137,14 @@ def table(args: argparse.Namespace, mode: str) -> None:
               f"| WER % plain / fused |")
     print("|---|---|---|---|---|---|---|")
     for label, beam, limit in SEARCHES:
+        if label not in args.searches:
+            continue
         timed = child(__file__, ["--one", mode, str(beam), str(limit), "both", "--what", "time", *common])
         plain, fused = timed["plain"], timed["fused"]
         memory_env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # as measurement.in_subprocess
         for kind, result in (("plain", plain), ("fused", fused)):
-            result.update(child(__file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common],
-                                memory_env))
+            result.update({"peak_mib": math.nan} if args.skip_memory else child(
+                __file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common], memory_env))
         if mode == "offline":
             cost = [r["seconds"] / r["audio_seconds"] for r in (plain, fused)]
             shown = [f"{c:.4f}" for c in cost]
@@ -163,6 +166,9 @@ def main() -> None:
     parser.add_argument("--lm-weight", type=float, default=0.1, help="the fused LM's weight (default 0.1)")
     parser.add_argument("--chunk-ms", type=float, default=320.0, help="streaming: audio per chunk")
     parser.add_argument("--stream-utterances", type=int, default=20, help="streaming: the first N utterances")
+    parser.add_argument("--searches", nargs="+", choices=[label for label, _, _ in SEARCHES],
+                        default=[label for label, _, _ in SEARCHES])
+    parser.add_argument("--skip-memory", action="store_true", help="leave the peak-memory children out (faster)")
     parser.add_argument("--tables", nargs="+", choices=("offline", "streaming"), default=["offline", "streaming"])
     add_measurement_arguments(parser, repeats=2)
     parser.add_argument("--one", nargs=4, metavar=("MODE", "BEAM", "LIMIT", "KIND"), help=argparse.SUPPRESS)
@@ -177,7 +183,7 @@ def main() -> None:
         if not path.is_file():
             parser.error(f"no checkpoint at {path}")
     print(f"# LM fusion on {args.subset} ({args.checkpoint.name}, LM {args.lm_path.name} at weight {args.lm_weight}), "
-          f"CPU, {args.threads} threads, best of {args.repeats}, torch {torch.__version__}, search from "
+          f"CPU, {args.threads} threads, median of {args.repeats} interleaved passes, torch {torch.__version__}, search from "
           f"{Path(ssm_fairseq.__file__).parent}\n")
     if "offline" in args.tables:
         table(args, "offline")
