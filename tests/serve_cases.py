@@ -140,9 +140,10 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 def normalized_correlation(heard: np.ndarray, sent: np.ndarray) -> tuple[float, int]:
     """The peak of the normalized cross-correlation of ``heard`` with ``sent`` over the overlap, and its lag."""
-    from scipy.signal import correlate
-    product = correlate(heard, sent, "full", method="fft")
-    lag = int(np.argmax(product)) - (len(sent) - 1)
+    size = 1 << (len(heard) + len(sent) - 1).bit_length()
+    product = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(sent, size)), size)
+    lag = int(np.argmax(product))  # circular: lags below 0 wrap to the end
+    lag = lag - size if lag > len(heard) else lag
     start_h, start_s = max(lag, 0), max(-lag, 0)
     n = min(len(heard) - start_h, len(sent) - start_s)
     a, b = heard[start_h:start_h + n], sent[start_s:start_s + n]
