@@ -7,6 +7,8 @@ Compiled outputs and gradients equal the eager encoder's within float32 rounding
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -110,6 +112,23 @@ def test_every_bucket_equals_eager(models):
                 _assert_equal_steps(eager, compiled, lengths, seed, train)
     finally:
         compiled.compile_encoder_layers()  # inductor again, as built
+
+
+@pytest.mark.slow  # may compile the copy's graphs again
+def test_a_copied_compiled_model_runs_its_own_weights(models):
+    """``copy.deepcopy`` (fairseq's ``--ema`` keeps such a copy): the copy's compiled layers use the copy's weights."""
+    eager, compiled = models
+    copies = [copy.deepcopy(model) for model in (eager, compiled)]
+    for model in copies:
+        with torch.no_grad():
+            for parameter in model.encoder.layers.parameters():
+                parameter.mul_(0.5)
+    assert is_compiled(copies[1].encoder.layers[0])
+    assert copies[1].encoder.layers[0].forward.eager.__self__ is copies[1].encoder.layers[0]
+    _assert_equal_steps(*copies, ONE_BUCKET[0], 3, train=False)
+    copied, _ = _encoder_step(copies[1], ONE_BUCKET[0], 3, train=False)
+    original, _ = _encoder_step(compiled, ONE_BUCKET[0], 3, train=False)
+    assert not torch.allclose(copied, original), "the copy ran the original's weights"
 
 
 def test_uncompiled_layers_run_eagerly(models):

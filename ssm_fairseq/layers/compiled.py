@@ -29,6 +29,9 @@ Compilation happens at the first call of each shape, and costs minutes at full s
 """
 from __future__ import annotations
 
+import copy
+import types
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -56,9 +59,14 @@ class CompiledForward:
     ``B x L x D``."""
 
     def __init__(self, layer: nn.Module, bucket_lengths: bool, options: dict):
-        self.eager = layer.forward  # the class's forward, bound to the layer
+        self.eager = types.MethodType(type(layer).forward, layer)  # the class's forward, bound to the layer
         self.compiled = torch.compile(self.eager, **options)
-        self.bucket_lengths = bucket_lengths
+        self.bucket_lengths, self.options = bucket_lengths, options
+
+    def __deepcopy__(self, memo: dict) -> CompiledForward:
+        """The copy of a compiled layer (``copy.deepcopy`` of a model: fairseq's ``--ema``) runs the copy's own
+        forward, compiled alike (a copied ``torch.compile`` result would run the original layer)."""
+        return CompiledForward(copy.deepcopy(self.eager.__self__, memo), self.bucket_lengths, self.options)
 
     def __call__(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         if not self.bucket_lengths:
