@@ -1,20 +1,40 @@
-"""``gpu_paths.py`` runs end to end (on CPU, at its small sizes): it calls the other benchmark scripts' functions, so a
-change to one of them that it does not follow fails here, not on a GPU session's few minutes."""
+"""``gpu_paths.py`` runs end to end (on CPU, at its small sizes, compiled rows through ``aot_eager``): it calls the
+other benchmark scripts' functions, so a change to one of them that it does not follow fails here, not on a GPU
+session's few minutes."""
 import runpy
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "gpu_paths.py"
-WORKLOADS = ("MSSM encoder layer", "mssm_transducer encoder, 1 s, train", "mssm_transducer encoder, 1 s, eval",
-             "MSSM masked-LM layer, 256 tokens", "S4 layer, 512 tokens", "SPADE LM training step, 512 tokens",
-             "spade_t5_small training step, 512 source tokens")
+WORKLOADS = ("MSSM encoder layer, 250 frames, training step",
+             "mssm_transducer encoder, 1 s, batch 1, training step", "mssm_transducer encoder, 1 s, batch 1, inference",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference",
+             "MSSM masked-LM layer, 256 tokens, training step", "SPADE LM generation, context 256, per token",
+             "spade_t5_small training step, 256 source tokens")
+
+
+def _run(monkeypatch, capsys, *arguments: str) -> list[str]:
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *arguments])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
 
 
 def test_gpu_paths_prints_a_row_per_workload_on_cpu(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--device", "cpu", "--repeats", "1"])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " ms" in line]
+    rows = _run(monkeypatch, capsys, "--device", "cpu", "--repeats", "1", "--compile-backend", "aot_eager",
+                "--budget-minutes", "60")
+    rows = [row for row in rows if " ms" in row]
     for workload in WORKLOADS:
-        assert any(row.startswith(f"| {workload}") for row in rows), f"no row for {workload}: {rows}"
+        assert any(row.startswith(f"| {workload} |") for row in rows), f"no row for {workload}: {rows}"
     assert len(rows) == len(WORKLOADS), rows
+    compiled = [row for row in rows if "compiled in" in row]
+    assert [row.split(" |")[0][2:] for row in compiled] == list(WORKLOADS[:3]), compiled
+
+
+def test_gpu_paths_dry_run_lists_the_gpu_sizes(monkeypatch, capsys):
+    rows = _run(monkeypatch, capsys, "--device", "cuda", "--dry-run")  # touches no GPU
+    recipe_batch = "| mssm_transducer encoder, --max-tokens 40000, 26 x 15 s, training step"
+    assert any(row.startswith(recipe_batch) for row in rows)
+    assert any(row.startswith("| SPADE LM generation, context 8192") for row in rows)
+    assert len(rows) == 1 + len(WORKLOADS), rows  # the header and a row per workload

@@ -96,6 +96,9 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"with --stream: milliseconds of audio per chunk, rounded to whole samples (default "
                              f"{DEFAULT_CHUNK_MS})")
     parser.add_argument("--cpu", action="store_true", help="decode on CPU even if CUDA is available")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the encoder layers (ssm_fairseq/layers/compiled.py): faster batched offline "
+                             "decoding after a compilation at the first batch of each length bucket; streams stay eager")
     precision = parser.add_mutually_exclusive_group()
     for flag, dtype in (("--fp16", "float16"), ("--bf16", "bfloat16")):
         precision.add_argument(flag, action="store_const", const=dtype, dest="precision", default="float32",
@@ -228,7 +231,10 @@ def load_recognizer(args: argparse.Namespace) -> Recognizer:
     """The ``Recognizer`` the command line asks for: every ``DecodingOptions`` field from its flag."""
     from ..asr.recognizer import Recognizer
     options = {field.name: getattr(args, field.name) for field in fields(DecodingOptions)}
-    return Recognizer(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None, **options)
+    recognizer = Recognizer(args.checkpoint, data_dir=args.data_dir, device="cpu" if args.cpu else None, **options)
+    if args.compile:
+        recognizer.model.compile_encoder_layers()
+    return recognizer
 
 
 def _file_segments(text: str, words: list, duration: float, rules: EndpointRules | None,
