@@ -160,7 +160,8 @@ def _status_mib(field: str) -> float:
 def memory_table(args: argparse.Namespace, recording: Path, out: Path) -> None:
     """Peak RSS of transcribing ``recording`` repeated to each of ``args.memory_minutes``, a process each."""
     samples, _ = sf.read(recording, dtype="float32")
-    print(f"\nmemory: {recording.name} repeated to each length, default Windowing {Windowing()}, beam {args.beam}, "
+    beam = args.memory_beam or args.beam
+    print(f"\nmemory: {recording.name} repeated to each length, default Windowing {Windowing()}, beam {beam}, "
           "a fresh process each")
     print(f"{'minutes':>7} {'after loading MiB':>17} {'peak RSS MiB':>12} {'vs first':>8} {'words':>6} {'RTF':>6}")
     first = None
@@ -172,7 +173,7 @@ def memory_table(args: argparse.Namespace, recording: Path, out: Path) -> None:
                 file.write(samples[:remaining])
                 remaining -= min(remaining, len(samples))
         result = subprocess.run([sys.executable, __file__, "--checkpoint", str(args.checkpoint), "--beam",
-                                 str(args.beam), "--memory-child", str(path)], check=True, capture_output=True,
+                                 str(beam), "--memory-child", str(path)], check=True, capture_output=True,
                                 text=True)
         row = json.loads(result.stdout.strip().splitlines()[-1])
         first = first or row["peak_mib"]
@@ -188,7 +189,9 @@ def main() -> None:
     parser.add_argument("--corpus-root", type=Path, default=Path("recipes/librispeech/mini/LibriSpeech"))
     parser.add_argument("--subset", default="test-large")
     parser.add_argument("--pause-seconds", type=float, default=0.3, help="noise between utterances")
+    parser.add_argument("--recordings", type=int, default=None, help="only the first N chapters' recordings")
     parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--memory-beam", type=int, default=None, help="the memory table's beam (default --beam)")
     parser.add_argument("--tables", nargs="+", choices=("seams", "wer", "memory"), default=["seams", "wer", "memory"])
     parser.add_argument("--seam-seconds", type=float, default=60.0, help="clip length for the seams table")
     parser.add_argument("--seam-windows", type=float, nargs="+", default=[10.0, 30.0])
@@ -207,7 +210,7 @@ def main() -> None:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     recognizer = Recognizer(args.checkpoint, device="cpu", beam=args.beam)
     data_dir = Path(recognizer.task.args.data)
-    made = recordings(data_dir, args.corpus_root, args.subset, args.pause_seconds, args.work_dir)
+    made = recordings(data_dir, args.corpus_root, args.subset, args.pause_seconds, args.work_dir)[:args.recordings]
     if "seams" in args.tables:
         seams_table(recognizer, made, args.seam_seconds, args.seam_windows, args.seam_contexts, args.work_dir)
     if "wer" in args.tables:
