@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--chunk-repeats", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--what", choices=("all", "wer"), default="all", help="wer: no chunk timing")
+    parser.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS),
+                        help="which to run (default all; pytorch offline always, the baseline)")
     parser.add_argument("--child", choices=DECODERS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--paths-file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -156,7 +158,7 @@ def main() -> None:
 
         audio_seconds = sum(sf.info(str(path)).duration for path, _ in items)
         results = {}
-        for decoder in DECODERS:
+        for decoder in sorted(set(args.decoders) | {"pytorch offline"}, key=DECODERS.index):
             command = [sys.executable, __file__, "--checkpoint", str(args.checkpoint), "--onnx", str(args.onnx),
                        "--beam", str(args.beam), "--chunk-frames", str(args.chunk_frames), "--chunk-ms",
                        str(args.chunk_ms), "--chunk-repeats", str(args.chunk_repeats), "--threads", str(args.threads),
