@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	# fairseq-fixed compiles against the installed torch (about 4 minutes, once).
 	$(BIN)/python -c "import fairseq" 2>/dev/null || \
 		$(BIN)/pip install --quiet --no-build-isolation --no-cache-dir fairseq-fixed==0.12.3.1
-	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,plots]"
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,plots,deploy,serve]"
 	touch $(STAMP)
 
 test: setup

@@ -88,9 +88,9 @@ def test_console_commands_are_package_functions():
     import importlib
     import tomllib
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert sorted(scripts) == ["ssm-average-checkpoints", "ssm-lm-distance-ppl", "ssm-mlm-evidence-ppl",
+    assert sorted(scripts) == ["ssm-average-checkpoints", "ssm-export-onnx", "ssm-lm-distance-ppl", "ssm-mlm-evidence-ppl",
                                "ssm-mlm-reach", "ssm-plot-kernels", "ssm-prepare-librispeech", "ssm-prepare-lm-text",
-                               "ssm-seq2seq-attention", "ssm-transcribe"]
+                               "ssm-seq2seq-attention", "ssm-serve", "ssm-transcribe"]
     for name, target in scripts.items():
         module, function = target.split(":")
         assert module.startswith("ssm_fairseq.") and function == "main", (name, target)

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 
 COMMANDS = {"ssm-prepare-librispeech": "ssm_fairseq.cli.prepare_librispeech",
             "ssm-average-checkpoints": "ssm_fairseq.cli.average_checkpoints",
+            "ssm-export-onnx": "ssm_fairseq.cli.export_onnx",
+            "ssm-serve": "ssm_fairseq.cli.serve",
             "ssm-prepare-lm-text": "ssm_fairseq.cli.prepare_lm_text",
             "ssm-transcribe": "ssm_fairseq.cli.transcribe",
             "ssm-plot-kernels": "ssm_fairseq.cli.plot_kernels",

@@ -146,7 +146,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                  "(PATH<TAB>transcript<TAB>timed words with --timestamps; "
                                                  "other formats with --format).")
     parser.add_argument("audio", nargs="+", help="audio files (any format soundfile reads, any rate and channels)")
-    parser.add_argument("--checkpoint", required=True, help="fairseq-train --task speech_transducer checkpoint")
+    parser.add_argument("--checkpoint", default=None, help="fairseq-train --task speech_transducer checkpoint")
+    parser.add_argument("--onnx", default=None, metavar="DIR", help="instead of --checkpoint: a directory written by "
+                        "ssm-export-onnx, transcribed on ONNX Runtime without torch (docs/deploy.md)")
+    parser.add_argument("--onnx-precision", choices=("fp32", "int8"), default="fp32",
+                        help="with --onnx: the fp32 graphs or their int8 copies (ssm-export-onnx --int8)")
     parser.add_argument("--data-dir", default=None,
                         help="data directory with config.yaml and the dictionary "
                              "(default: the one the checkpoint was trained on)")
@@ -154,13 +158,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add_running_arguments(parser)
     _add_output_arguments(parser)
     args = parser.parse_args(argv)
+    if (args.checkpoint is None) == (args.onnx is None):
+        parser.error("give --checkpoint or --onnx DIR, one of them")
     unprintable = [path for path in args.audio if any(c in path for c in "\t\n\r")]
     if unprintable:
         parser.error(f"{unprintable[0]!r}: a file name holding a tab or a line break cannot be printed as "
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.asr.Recognizer from Python)")
     if args.chunk_ms is not None and not args.stream:
         parser.error("--chunk-ms sets the chunks of --stream; add --stream")
-    if args.stream:
+    if args.stream and args.onnx is None:
         from ..asr.samples import chunk_samples  # numpy and the features' constants: only when streaming
         try:
             chunk_samples(args.chunk_ms or DEFAULT_CHUNK_MS)
@@ -284,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)  # force: importing fairseq configured logging already
+    if args.onnx is not None:
+        from ..deploy.transcribe import run  # numpy and onnxruntime, no torch
+        return run(args, Output(args))
     try:
         (stream_files if args.stream else transcribe_files)(args)
     except InputError as error:
