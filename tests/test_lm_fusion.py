@@ -10,7 +10,9 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 
-from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search import TransducerGenerator
+from ssm_fairseq.asr.search.beam_search import beam_search
+from ssm_fairseq.asr.search.greedy_search import greedy_search
 from ssm_fairseq.asr.search.lm_fusion import LanguageModelFusion, LanguageModelMismatchError, \
     LanguageModelWeightError, NotALanguageModelError, check_same_units
 

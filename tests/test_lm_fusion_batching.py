@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
-from ssm_fairseq.asr.search.beam_search import BeamSearch
-from ssm_fairseq.asr.search.greedy_search import GreedySearch
+from ssm_fairseq.asr.search import TransducerGenerator
+from ssm_fairseq.asr.search.beam_search import BeamSearch, beam_search
+from ssm_fairseq.asr.search.greedy_search import GreedySearch, greedy_search
 from ssm_fairseq.asr.search.hypothesis import SearchSettings
 from ssm_fairseq.asr.search.lm_fusion import LanguageModelFusion
 

@@ -213,3 +213,27 @@ def test_transcribe_run_writes_the_command_lines_outputs(exported, capsys):
             [[w.word, round(w.start, 2), round(w.end, 2)] for w in t.words] for t in expected]
     refused = argparse.Namespace(**{**vars(args), "lm_path": "lm.pt"})
     assert run(refused, Output(refused)) == 1
+
+
+TORCH_BLOCKED_COMMAND = TORCH_BLOCKED.split("import json")[0] + """
+from ssm_fairseq.cli.transcribe import main
+code = main(sys.argv[1:])
+assert not any(name.split(".")[0] in ("torch", "fairseq") for name in sys.modules), "torch or fairseq imported"
+sys.exit(code)
+"""
+
+
+def test_the_command_transcribes_with_onnx_without_torch(exported):
+    """``ssm-transcribe --onnx DIR`` in a process where torch, torchaudio and fairseq cannot be imported: the
+    recognizer's transcripts, one ``PATH<TAB>text`` line per file; ``--checkpoint`` and ``--onnx`` together are a
+    usage error."""
+    _, _, out, files, _ = exported
+    flags = ["--onnx", str(out), "--beam", "1", "--max-symbols-per-frame", "2", "--blank-penalty", "20"]
+    run = subprocess.run([sys.executable, "-c", TORCH_BLOCKED_COMMAND, *flags, *map(str, files)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = OnnxRecognizer(out, **SEARCHES["greedy"]).transcribe(files)
+    assert [line.split("\t") for line in run.stdout.splitlines()] == [[str(f), t] for f, t in zip(files, expected)]
+    both = subprocess.run([sys.executable, "-c", TORCH_BLOCKED_COMMAND, "--checkpoint", "x.pt", *flags, str(files[0])],
+                          capture_output=True, text=True, cwd=REPO)
+    assert both.returncode == 2 and "give --checkpoint or --onnx DIR, one of them" in both.stderr

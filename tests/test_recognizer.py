@@ -46,9 +46,9 @@ def test_every_decoding_option_is_a_command_line_flag():
 
 def test_the_torch_free_search_settings_are_the_tasks_and_the_searchs():
     """``asr.options`` defines the search choices and the per-frame label limit without importing torch (the command
-    line's defaults); the task and the search must offer the same (until they import them from there)."""
+    line's defaults); the task and the search take theirs from there."""
     from ssm_fairseq.asr import options
-    from ssm_fairseq.asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
-    from ssm_fairseq.asr.transducer.task import SEARCHES
-    assert options.SEARCHES == SEARCHES and options.MAX_SYMBOLS_PER_FRAME == MAX_SYMBOLS_PER_FRAME
+    from ssm_fairseq.asr.search import hypothesis
+    from ssm_fairseq.asr.transducer import task
+    assert task.SEARCHES is options.SEARCHES and hypothesis.MAX_SYMBOLS_PER_FRAME is options.MAX_SYMBOLS_PER_FRAME
     assert options.PRECISIONS == {name: options.precision_dtype(name) for name in options.PRECISION_NAMES}

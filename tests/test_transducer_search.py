@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ssm_fairseq.asr.search import beam_search, greedy_search
+from ssm_fairseq.asr.search.beam_search import beam_search
+from ssm_fairseq.asr.search.greedy_search import greedy_search
 from ssm_fairseq.asr.transducer.joiner import Joiner
 from ssm_fairseq.asr.transducer.predictor import Predictor
 from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss

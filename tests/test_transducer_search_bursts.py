@@ -8,7 +8,9 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search import TransducerGenerator
+from ssm_fairseq.asr.search.beam_search import beam_search
+from ssm_fairseq.asr.search.greedy_search import greedy_search
 from toy_transducer import BLANK, FIRST_LABEL, VOCAB, ToyTransducer, full_loss, train, utterances
 
 

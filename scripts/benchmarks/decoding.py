@@ -35,7 +35,9 @@ from measurement import add_measurement_arguments, in_subprocess, measure
 
 import ssm_fairseq  # noqa: F401  (registers the task and model)
 from fairseq import checkpoint_utils
-from ssm_fairseq.asr.search import TransducerGenerator, beam_search, greedy_search
+from ssm_fairseq.asr.search import TransducerGenerator
+from ssm_fairseq.asr.search.beam_search import beam_search
+from ssm_fairseq.asr.search.greedy_search import greedy_search
 from ssm_fairseq.asr.search.hypothesis import MAX_SYMBOLS_PER_FRAME
 from ssm_fairseq.integrity.language_model_check import load_language_model
 

@@ -8,11 +8,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..options import MAX_SYMBOLS_PER_FRAME  # the per-frame label limit, defined (torch-free) with the options
 from ..transducer.predictor import State
-
-# Labels a hypothesis may emit within one encoder frame before the search moves it to the next frame. High enough
-# never to bind on a trained model (torchaudio's default too); it only bounds the work on an untrained one.
-MAX_SYMBOLS_PER_FRAME = 100
 
 
 @dataclass

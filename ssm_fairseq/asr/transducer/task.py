@@ -42,17 +42,16 @@ from omegaconf import DictConfig, open_dict
 
 from ...integrity.checkpoint_checks import EVALUATION_SPLIT, FEATURES_ROLE, FINGERPRINT_KEY, DictionaryMismatchError, \
     FeatureMismatchError, dictionary_fingerprint, feature_fingerprint, fingerprint_differences
-from .data_config import DataDirectoryConfig
-from ..search import TransducerGenerator
-from ..search.hypothesis import MAX_SYMBOLS_PER_FRAME
-from ...integrity.language_model_check import check_language_model
-from ..search.lm_fusion import check_lm_weight
-from ...integrity.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
 from ...integrity.feature_check import non_finite_utterances
+from ...integrity.language_model_check import check_language_model
 from ...integrity.manifest_check import check_manifest
+from ...integrity.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
+from ..options import MAX_SYMBOLS_PER_FRAME, SEARCHES  # torch-free, with the decoding options
+from ..search import TransducerGenerator
+from ..search.lm_fusion import check_lm_weight
+from .data_config import DataDirectoryConfig
 from .seeded_items import SeededItems
 
-SEARCHES = ("exact", "modified")
 
 logger = logging.getLogger(__name__)
 
