@@ -334,15 +334,14 @@ def test_bfloat16_streaming_rounds_as_much_as_offline(causal):
         assert relative(streamed16, reference) < 1.5 * relative(offline16, reference)
 
 
-def test_a_file_too_long_for_offline_decoding_with_a_causal_model_is_sent_to_streaming(causal, tmp_path):
+def test_a_file_too_long_for_one_window_with_a_causal_model_is_transcribed_as_its_stream(causal, tmp_path):
+    """A 61 s file (more than the model's 60 s; refused before long files were windowed): a causal model's long
+    file goes through the encoder's step, so offline transcription equals streaming the file."""
     data, checkpoint, files = causal
     long = tmp_path / "long.flac"
     sf.write(long, np.random.default_rng(0).uniform(-0.1, 0.1, 61 * 16000).astype(np.float32), 16000)
-    with pytest.raises(InputError, match=re.escape(
-            f"{long}: 61.0 s of audio (6098 feature frames), longer than this model transcribes offline: 60.0 s (6000 "
-            "frames, its max_source_positions); stream it, which has no length limit (ssm-transcribe --stream; "
-            "StreamingTranscriber from Python), or split it into pieces of at most 60 s")):
-        Transcriber(checkpoint, device="cpu", beam=1).transcribe([long])
+    transcriber = Transcriber(checkpoint, device="cpu", beam=1)
+    assert transcriber.transcribe([long]) == [transcriber.stream().stream_file(long, 1000).text]
 
 
 def test_stream_file_logs_a_conversion_to_16khz_mono(causal, tmp_path, caplog):

@@ -6,7 +6,8 @@ fairseq model, criterion and task), ``search`` (greedy and beam search, LM fusio
 ``fairseq-generate`` runs).
 
 Recognition with a trained checkpoint: one ``Recognizer`` (``recognizer``) loads the model, dictionary, feature
-transforms, search and optional LM once, and serves batched offline transcription of files (``offline``) and any
+transforms, search and optional LM once, and serves batched offline transcription of files (``offline``; files
+longer than one window go window by window through ``long_form``, cut where ``windowing`` says) and any
 number of live streams (``stream``: ``Recognizer.stream()``, one ``Stream`` per source; ``stream_batch``: many
 streams' encoders stepped as one batch, ``Recognizer.step_streams``); ``streaming_transcriber`` is a one-stream
 convenience. ``options`` holds the decoding settings (``DecodingOptions``), ``checkpoint`` the loading and checking of

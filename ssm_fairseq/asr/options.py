@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .windowing import Windowing
+
 if TYPE_CHECKING:
     import torch
 
@@ -51,6 +53,9 @@ class DecodingOptions:
             ``fairseq-generate --fp16`` / ``--bf16`` (the joiner's log-softmax and the scores stay float32).
         lm_path, lm_weight, lm_eos: shallow fusion with a fairseq language model, as ``fairseq-generate --lm-path
             --lm-weight`` (and ``--no-lm-eos`` for ``lm_eos=False``); the LM stays in float32.
+        window_seconds, window_context_seconds, window_cmvn: files longer than ``window_seconds`` are transcribed
+            offline in windows of that length, keeping each window's centre between ``window_context_seconds`` of
+            context on each side; utterance CMVN per window or over the file (``windowing.Windowing``).
 
     Raises ``ValueError`` naming the first option out of its range.
     """
@@ -66,6 +71,9 @@ class DecodingOptions:
     lm_path: Path | str | None = None
     lm_weight: float = 0.0
     lm_eos: bool = True
+    window_seconds: float = Windowing.window_seconds
+    window_context_seconds: float = Windowing.window_context_seconds
+    window_cmvn: str = Windowing.window_cmvn
 
     def __post_init__(self):
         for name in ("beam", "max_symbols_per_frame", "max_tokens", "batch_size"):
@@ -76,6 +84,12 @@ class DecodingOptions:
             raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}")
         if self.precision not in PRECISION_NAMES:
             raise ValueError(f"precision must be one of {sorted(PRECISION_NAMES)}, got {self.precision!r}")
+        self.windowing  # ValueError naming the window option out of range
+
+    @property
+    def windowing(self) -> Windowing:
+        """Where files longer than one window are cut (``long_form``)."""
+        return Windowing(self.window_seconds, self.window_context_seconds, self.window_cmvn)
 
     @property
     def batch_max_tokens(self) -> int | None:

@@ -177,9 +177,10 @@ class Recognizer:
 
         With ``timestamps=True``, a ``TimedTranscript(text, words)`` per file instead: the same transcript and its
         words as ``TimedWord(word, start, end)`` (seconds from the file's start, within ``[0, duration]``, in
-        order). Raises ``InputError`` naming every file that is missing, unreadable, empty or too long before
-        anything is decoded."""
-        return offline.transcribe_files(self, paths, timestamps)
+        order). A file longer than ``window_seconds`` (30 s) is transcribed window by window in bounded memory
+        (``long_form``): no length limit. Raises ``InputError`` naming every file that is missing, unreadable or
+        empty before anything is decoded."""
+        return offline.transcribe_files(self, paths, timestamps, self.options.windowing)
 
     def check_timestamps(self) -> None:
         """``ValueError`` if the config's pre-tokenizer rewrites the SentencePiece text (its words are timed)."""

@@ -53,6 +53,7 @@ from ..asr.endpoints import (DEFAULT_MAX_SEGMENT, DEFAULT_SILENCE_AFTER_SPEECH, 
 from ..asr.options import DEFAULT_MAX_TOKENS, MAX_SYMBOLS_PER_FRAME, SEARCHES, DecodingOptions
 from ..asr.segment_formats import EXTENSIONS, FORMATS, SUBTITLE_FORMATS, FileSegments, format_files, format_tsv
 from ..asr.transcripts import InputError, Segment
+from ..asr.windowing import CMVN_SCOPES, Windowing
 from ..atomic_files import replacing
 
 if TYPE_CHECKING:
@@ -82,7 +83,17 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
-    """Batching, streaming, device and precision, named as ``DecodingOptions``' fields where they are some."""
+    """Batching, long files, streaming, device and precision, named as ``DecodingOptions``' fields where they are
+    some."""
+    parser.add_argument("--window-seconds", type=float, default=Windowing.window_seconds, metavar="SECONDS",
+                        help="offline: a file longer than this is transcribed in windows of this length, in bounded "
+                             "memory (default 30; at most the model's max_source_positions)")
+    parser.add_argument("--window-context-seconds", type=float, default=Windowing.window_context_seconds,
+                        metavar="SECONDS", help="offline: audio each window encodes on each side of the part it keeps "
+                                                "(default 4)")
+    parser.add_argument("--window-cmvn", choices=CMVN_SCOPES, default=Windowing.window_cmvn,
+                        help="offline windows with utterance CMVN: each window's own statistics (window, default) or "
+                             "the whole file's (file: one more pass over the file)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
