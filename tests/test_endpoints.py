@@ -4,8 +4,8 @@ parse back.
 
 The tiny causal model ``test_streaming_transcriber`` trains cannot tell speech from silence, so the silences are
 checked with its encoder's and joiner's outputs replaced by an oracle that emits a word at every encoder frame
-holding sound (``_SoundEncoder``, ``_SoundJoiner``): the filterbank, the transforms, the frames' wait for whole
-sub-sampling groups, the search, the endpoint rules, the segments' times and the words' times run for real.
+holding sound (``_SoundEncoder``, ``toy_transducer.MarkerJoiner``): the filterbank, the transforms, the frames' wait
+for whole sub-sampling groups, the search, the endpoint rules, the segments' times and the words' times run for real.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ssm_fairseq.transcribe import main as transcribe_main
 
 from test_streaming_transcriber import SEARCHES, causal  # noqa: F401  (causal: the trained model's fixture)
 from test_transcribe import _one_thread  # noqa: F401  (an autouse fixture)
+from toy_transducer import MarkerJoiner
 
 pytestmark = pytest.mark.slow
 
@@ -50,24 +51,6 @@ class _SoundEncoder(torch.nn.Module):
         return groups.to(features.dtype).reshape(1, -1, 1)
 
 
-class _SoundJoiner(torch.nn.Module):
-    """Emits ``unit`` (a word) at a sound frame, once (with one label per frame), blank at every other frame."""
-
-    def __init__(self, vocabulary: int, blank: int, unit: int):
-        super().__init__()
-        self.vocabulary, self.blank, self.unit = vocabulary, blank, unit
-
-    def encoder_proj(self, encoder_out):
-        return encoder_out
-
-    def predictor_proj(self, predictor_out):
-        return predictor_out[..., :1] * 0
-
-    def step(self, encoder_proj, predictor_proj):
-        logits = torch.full((encoder_proj.shape[0], self.vocabulary), -30.0)
-        logits[:, self.blank] = 0.0
-        logits[:, self.unit] = 20.0 * encoder_proj[:, 0] - 10.0
-        return logits
 
 
 def _oracle(checkpoint: Path) -> Recognizer:
@@ -79,7 +62,7 @@ def _oracle(checkpoint: Path) -> Recognizer:
                 and len(piece) > 1)
     model = recognizer.model
     model.encoder = _SoundEncoder(model.encoder, silence, recognizer.encoder_stride)
-    model.joiner = _SoundJoiner(len(recognizer.dictionary), model.blank, unit)
+    model.joiner = MarkerJoiner(len(recognizer.dictionary), model.blank, unit)
     return recognizer
 
 

@@ -185,13 +185,14 @@ def test_a_bad_chunk_refuses_the_step_before_any_stream_changes(causal):
 
 
 @pytest.mark.slow
-def test_the_benchmark_prints_a_row_per_number_of_streams_with_the_same_transcripts(causal, capsys):
+def test_the_benchmark_prints_a_row_per_number_of_streams_with_the_same_transcripts(causal, capsys, monkeypatch):
     """``scripts/benchmarks/many_streams.py`` on the tiny model, briefly: a row for each number of streams, the
     transcripts the same batched and one by one."""
     import importlib.util
 
     from cli import REPO
     data, checkpoint, files = causal
+    monkeypatch.syspath_prepend(str(REPO / "scripts/benchmarks"))  # its measurement helpers, as when run as a script
     spec = importlib.util.spec_from_file_location("many_streams", REPO / "scripts/benchmarks/many_streams.py")
     many_streams = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(many_streams)

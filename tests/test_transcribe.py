@@ -28,6 +28,7 @@ from ssm_fairseq.transcribe import main as transcribe_main
 
 from cli import BIN, REPO, run_ok
 from test_librispeech_recipe import TINY_MODEL
+from toy_transducer import MarkerJoiner
 
 pytestmark = pytest.mark.slow
 
@@ -430,24 +431,6 @@ class _OnsetEncoder(torch.nn.Module):
         return dict(out, encoder_out=onsets)
 
 
-class _OnsetJoiner(torch.nn.Module):
-    """Emits ``unit`` at an onset frame (with one label per frame, once), blank at every other frame."""
-
-    def __init__(self, vocabulary: int, blank: int, unit: int):
-        super().__init__()
-        self.vocabulary, self.blank, self.unit = vocabulary, blank, unit
-
-    def encoder_proj(self, encoder_out):
-        return encoder_out
-
-    def predictor_proj(self, predictor_out):
-        return predictor_out[..., :1] * 0
-
-    def step(self, encoder_proj, predictor_proj):
-        logits = torch.full((encoder_proj.shape[0], self.vocabulary), -30.0)
-        logits[:, self.blank] = 0.0
-        logits[:, self.unit] = 20.0 * encoder_proj[:, 0] - 10.0
-        return logits
 
 
 def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
@@ -481,7 +464,7 @@ def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
                 and len(piece) > 1)
     model = transcriber.model
     model.encoder = _OnsetEncoder(model.encoder)
-    model.joiner = _OnsetJoiner(len(transcriber.dictionary), model.blank, unit)
+    model.joiner = MarkerJoiner(len(transcriber.dictionary), model.blank, unit)
     timed = transcriber.transcribe([files[0], joined, late, files[1]], timestamps=True)  # one batch, reordered
     a_words, joined_words, late_words, b_words = (t.words for t in timed)
     print(f"\nA ends at {a_end:.3f} s, B's sound starts at {b_sound:.3f} s; oracle words (start, end):")

@@ -79,3 +79,25 @@ def train(model: nn.Module, loss_of, steps: int = 300, words=WORDS, seed: int = 
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+class MarkerJoiner(nn.Module):
+    """A joiner that emits ``unit`` at a frame whose first encoder channel is 1 (a sound, an onset), blank at every
+    other frame: logits ``20 x - 10`` for ``unit``, 0 for the blank, -30 for the rest. With one label per frame it
+    emits ``unit`` once per marked frame; the predictor's output is ignored."""
+
+    def __init__(self, vocabulary: int, blank: int, unit: int):
+        super().__init__()
+        self.vocabulary, self.blank, self.unit = vocabulary, blank, unit
+
+    def encoder_proj(self, encoder_out):
+        return encoder_out
+
+    def predictor_proj(self, predictor_out):
+        return predictor_out[..., :1] * 0
+
+    def step(self, encoder_proj, predictor_proj):
+        logits = torch.full((encoder_proj.shape[0], self.vocabulary), -30.0)
+        logits[:, self.blank] = 0.0
+        logits[:, self.unit] = 20.0 * encoder_proj[:, 0] - 10.0
+        return logits

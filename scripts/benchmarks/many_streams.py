@@ -32,25 +32,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from measurement import reset_peak_rss, status_kib
 from ssm_fairseq.asr import Recognizer
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = REPO / "recipes/librispeech/mini/LibriSpeech"
-
-
-def _proc_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak_rss() -> int:
-    """Reset the process's peak resident set size to the current one (Linux); returns it in KiB."""
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return _proc_kib("VmRSS")
 
 
 def stream_audio(files: list[Path], streams: int, seconds: float) -> list[np.ndarray]:
@@ -140,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for n in args.streams:
         audio = stream_audio(files, n, args.seconds)
-        before = _reset_peak_rss()
+        before = reset_peak_rss()
         batched, batched_cpu, batched_encoder, batched_texts = run(recognizer, clock, audio, chunk, True)
-        peak = (_proc_kib("VmHWM") - before) / 1024
+        peak = (status_kib("VmHWM") - before) / 1024
         alone, alone_cpu, alone_encoder, alone_texts = run(recognizer, clock, audio, chunk, False)
         seconds = args.seconds
 

@@ -36,7 +36,7 @@ def add_measurement_arguments(parser: argparse.ArgumentParser, repeats: int, wha
     parser.add_argument("--what", choices=whats, default="time", help=argparse.SUPPRESS)
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(field + ":"):
@@ -44,11 +44,11 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak_rss() -> int:
+def reset_peak_rss() -> int:
     """Reset the peak RSS to the current RSS and return it in KiB."""
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
-    return _status_kib("VmRSS")
+    return status_kib("VmRSS")
 
 
 def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> dict:
@@ -72,12 +72,12 @@ def measure(run: Callable[[], None], device: str, repeats: int, what: str) -> di
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         else:
-            base = _reset_peak_rss()
+            base = reset_peak_rss()
         run()
         if cuda:
             torch.cuda.synchronize()
             return {"peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
-        return {"peak_mib": (_status_kib("VmHWM") - base) / 2**10}
+        return {"peak_mib": (status_kib("VmHWM") - base) / 2**10}
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -107,9 +107,9 @@ def peak_memory_mib(run: Callable[[], object], device: str) -> float:
         run()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    base = _reset_peak_rss()
+    base = reset_peak_rss()
     run()
-    return (_status_kib("VmHWM") - base) / 2**10
+    return (status_kib("VmHWM") - base) / 2**10
 
 
 def interleaved_median_ms(steps: dict[str, Callable[[int], None]], count: int, device: str,

@@ -14,12 +14,12 @@ Imports numpy only (and the model it is given).
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
-MAX_SYMBOLS_PER_FRAME = 100  # asr.search.hypothesis's default
+from ..asr.options import MAX_SYMBOLS_PER_FRAME
+from ..asr.search.prefixes import Prefix, kth_best, leave_frame
 
 
 class Hypothesis(NamedTuple):
@@ -94,35 +94,6 @@ class GreedySearch:
         return [self.partial()]
 
 
-class _Prefix(NamedTuple):
-    tokens: tuple[int, ...]
-    score: float  # log-probability of the alignments merged into this prefix
-    path_score: float  # that of the best of them, which token_scores and frames describe
-    token_scores: tuple[float, ...]
-    frames: tuple[int, ...]
-    row: int  # its predictor state in the bank
-
-
-def _log_add(a: float, b: float) -> float:
-    high, low = max(a, b), min(a, b)
-    return high + math.log1p(math.exp(low - high)) if low > -math.inf else high
-
-
-def _leave_frame(finished: dict[tuple[int, ...], _Prefix], prefix: _Prefix, step_score: float) -> None:
-    leaving = prefix._replace(score=prefix.score + step_score, path_score=prefix.path_score + step_score)
-    known = finished.get(prefix.tokens)
-    if known is not None:
-        best = leaving if leaving.path_score > known.path_score else known
-        leaving = best._replace(score=_log_add(known.score, leaving.score))
-    finished[prefix.tokens] = leaving
-
-
-def _kth_best(finished: dict[tuple[int, ...], _Prefix], k: int) -> float:
-    if len(finished) < k:
-        return -math.inf
-    return sorted((p.score for p in finished.values()), reverse=True)[k - 1]
-
-
 class BeamSearch:
     """Frame-synchronous transducer beam search (``asr.search.beam_search.BeamSearch`` for one utterance)."""
 
@@ -134,39 +105,39 @@ class BeamSearch:
         self.model, self.beam, self.max_symbols_per_frame = model, beam, max_symbols_per_frame
         self.suppress, self.blank_penalty = list(suppress), blank_penalty
         self.bank_proj, self.bank_h, self.bank_c = model.start_predictor(1)  # one row per prefix in play
-        self.beams = [_Prefix((), 0.0, 0.0, (), (), 0)]
+        self.beams = [Prefix((), 0.0, 0.0, (), (), 0)]
         self.frames_done = 0
 
     def advance(self, encoder_proj: np.ndarray) -> None:
         """The next ``n x J`` projected encoder frames."""
         model = self.model
         for t in range(encoder_proj.shape[0]):
-            finished: dict[tuple[int, ...], _Prefix] = {}
+            finished: dict[tuple[int, ...], Prefix] = {}
             frontier = list(self.beams)
             for _ in range(self.max_symbols_per_frame):
                 rows = [prefix.row for prefix in frontier]
                 log_probs = model.joint_log_probs(np.repeat(encoder_proj[t:t + 1], len(frontier), axis=0),
                                                   self.bank_proj[rows], self.blank_penalty)
                 for prefix, blank_score in zip(frontier, log_probs[:, model.blank].tolist()):
-                    _leave_frame(finished, prefix, blank_score)
+                    leave_frame(finished, prefix, blank_score)
                 frontier = self._expand(self.frames_done + t, frontier, log_probs, finished)
                 if not frontier:
                     break
             for prefix in frontier:  # at the limit: on to the next frame, no blank scored
-                _leave_frame(finished, prefix, 0.0)
+                leave_frame(finished, prefix, 0.0)
             self.beams = sorted(finished.values(), key=lambda p: -p.score)[:self.beam]
             self._compact()
         self.frames_done += encoder_proj.shape[0]
 
-    def _expand(self, frame: int, frontier: list[_Prefix], log_probs: np.ndarray,
-                finished: dict[tuple[int, ...], _Prefix]) -> list[_Prefix]:
+    def _expand(self, frame: int, frontier: list[Prefix], log_probs: np.ndarray,
+                finished: dict[tuple[int, ...], Prefix]) -> list[Prefix]:
         """The ``beam`` best (prefix, label) pairs that beat the ``beam``-th prefix out of the frame, their predictor
         states computed in one step and appended to the bank."""
         vocab, blank = log_probs.shape[1], self.model.blank
         scores = np.array([p.score for p in frontier], dtype=np.float64)[:, None]
         scores = scores + selectable(log_probs, self.suppress).astype(np.float64)
         scores[:, blank] = -np.inf
-        floor = _kth_best(finished, self.beam)
+        floor = kth_best(finished, self.beam)
         segment = scores.reshape(-1)
         top = np.argsort(-segment, kind="stable")[:min(self.beam, segment.size)]
         chosen = []
@@ -185,7 +156,7 @@ class BeamSearch:
         self.bank_proj = np.concatenate([self.bank_proj, new_proj])
         self.bank_h = np.concatenate([self.bank_h, new_h], axis=1)
         self.bank_c = np.concatenate([self.bank_c, new_c], axis=1)
-        return [_Prefix(frontier[i].tokens + (label,), score, frontier[i].path_score + label_score,
+        return [Prefix(frontier[i].tokens + (label,), score, frontier[i].path_score + label_score,
                         frontier[i].token_scores + (label_score,), frontier[i].frames + (frame,), first + n)
                 for n, ((i, label, score), label_score) in enumerate(zip(chosen, label_scores))]
 
@@ -208,7 +179,7 @@ class BeamSearch:
         return [_hypothesis(p) for p in ranked[:nbest]]
 
 
-def _hypothesis(prefix: _Prefix) -> Hypothesis:
+def _hypothesis(prefix: Prefix) -> Hypothesis:
     return Hypothesis(list(prefix.tokens), prefix.score, list(prefix.token_scores), list(prefix.frames))
 
 

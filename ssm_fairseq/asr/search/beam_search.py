@@ -26,16 +26,7 @@ from .hypothesis import (
 )
 from .lm_fusion import LanguageModelFusion
 from .predictor_bank import PredictorBank
-
-
-class _Prefix(NamedTuple):
-    tokens: tuple[int, ...]
-    score: float  # log-probability of the alignments merged into this prefix
-    path_score: float  # log-probability of the best of them, the one token_scores and frames describe
-    token_scores: tuple[float, ...]
-    frames: tuple[int, ...]
-    row: int  # the predictor state of this prefix in the search's state bank
-    lm_row: int = -1  # its language-model state in the fusion's bank (-1: no fusion)
+from .prefixes import Prefix, kth_best, leave_frame
 
 
 class _Expansion(NamedTuple):
@@ -44,29 +35,6 @@ class _Expansion(NamedTuple):
     index: int
     label: int
     score: float
-
-
-def _log_add(a: float, b: float) -> float:
-    high, low = max(a, b), min(a, b)
-    return high + math.log1p(math.exp(low - high)) if low > -math.inf else high
-
-
-def _leave_frame(finished: dict[tuple[int, ...], _Prefix], prefix: _Prefix, step_score: float) -> None:
-    """Record ``prefix`` leaving the frame with a last step of log-probability ``step_score`` (blank, or 0 at the
-    limit), merging prefixes with equal labels."""
-    leaving = prefix._replace(score=prefix.score + step_score, path_score=prefix.path_score + step_score)
-    known = finished.get(prefix.tokens)
-    if known is not None:
-        best = leaving if leaving.path_score > known.path_score else known
-        leaving = best._replace(score=_log_add(known.score, leaving.score))
-    finished[prefix.tokens] = leaving
-
-
-def _kth_best(finished: dict[tuple[int, ...], _Prefix], k: int) -> float:
-    """Score of the k-th best prefix that has left the frame; -inf while there are fewer than k."""
-    if len(finished) < k:
-        return -math.inf
-    return sorted((p.score for p in finished.values()), reverse=True)[k - 1]
 
 
 def ranking_score(score: float, length: int, length_norm: float) -> float:
@@ -106,7 +74,7 @@ class BeamSearch(ChunkedSearch):
         # every prefix in play has a row of predictor state here
         self.bank = PredictorBank(*start_predictor(model, 1, device))
         lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
-        self.beams = [[_Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
+        self.beams = [[Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
@@ -124,25 +92,25 @@ class BeamSearch(ChunkedSearch):
         self._chunk_done(lengths)
 
     def _search_frame(self, encoder_rows: Tensor, live: list[int],
-                      frame_numbers: list[int]) -> dict[int, dict[tuple[int, ...], _Prefix]]:
+                      frame_numbers: list[int]) -> dict[int, dict[tuple[int, ...], Prefix]]:
         """Expand the ``live`` utterances' beams within one frame (``encoder_rows``: ``B x J``, its encoder
         projection; ``frame_numbers``: each utterance's number for it) -> for each, the prefixes that left the frame
         by their labels."""
-        finished: dict[int, dict[tuple[int, ...], _Prefix]] = {b: {} for b in live}
+        finished: dict[int, dict[tuple[int, ...], Prefix]] = {b: {} for b in live}
         frontier = [(b, prefix) for b in live for prefix in self.beams[b]]  # grouped by utterance
         for _ in range(self.settings.max_symbols_per_frame):
             log_probs = self._score(encoder_rows, frontier)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, self.model.blank].tolist()):
-                _leave_frame(finished[b], prefix, blank_score)
+                leave_frame(finished[b], prefix, blank_score)
             chosen = self._choose(frontier, log_probs, finished)
             frontier = self._extend(frontier, chosen, log_probs, frame_numbers)
             if not frontier:
                 break
         for b, prefix in frontier:  # at the limit: on to the next frame, no blank scored
-            _leave_frame(finished[b], prefix, 0.0)
+            leave_frame(finished[b], prefix, 0.0)
         return finished
 
-    def _score(self, encoder_rows: Tensor, frontier: list[tuple[int, _Prefix]]) -> Tensor:
+    def _score(self, encoder_rows: Tensor, frontier: list[tuple[int, Prefix]]) -> Tensor:
         """The ``N x V`` (fused) log-probabilities of the next unit of each prefix of the frontier."""
         device = encoder_rows.device
         utterances = torch.tensor([b for b, _ in frontier], device=device)
@@ -153,8 +121,8 @@ class BeamSearch(ChunkedSearch):
             log_probs = log_probs + self.fusion.scores([prefix.lm_row for _, prefix in frontier], device)
         return log_probs
 
-    def _choose(self, frontier: list[tuple[int, _Prefix]], log_probs: Tensor,
-                finished: dict[int, dict[tuple[int, ...], _Prefix]]) -> list[_Expansion]:
+    def _choose(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor,
+                finished: dict[int, dict[tuple[int, ...], Prefix]]) -> list[_Expansion]:
         """The ``beam`` best (prefix, label) pairs of each utterance of the frontier.
 
         Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
@@ -170,7 +138,7 @@ class BeamSearch(ChunkedSearch):
             end = start
             while end < len(frontier) and frontier[end][0] == b:
                 end += 1
-            floor = _kth_best(finished[b], self.beam)
+            floor = kth_best(finished[b], self.beam)
             segment = scores[start:end].flatten()
             top_scores, top_index = segment.topk(min(self.beam, segment.numel()))
             for score, index in zip(top_scores.tolist(), top_index.tolist()):
@@ -180,8 +148,8 @@ class BeamSearch(ChunkedSearch):
             start = end
         return chosen
 
-    def _extend(self, frontier: list[tuple[int, _Prefix]], chosen: list[_Expansion], log_probs: Tensor,
-                frame_numbers: list[int]) -> list[tuple[int, _Prefix]]:
+    def _extend(self, frontier: list[tuple[int, Prefix]], chosen: list[_Expansion], log_probs: Tensor,
+                frame_numbers: list[int]) -> list[tuple[int, Prefix]]:
         """The new frontier: each chosen prefix extended by its label at its utterance's frame number; the new
         prefixes' predictor states (one batched step, added to the bank) and LM states (``fusion.advance``)."""
         if not chosen:
@@ -194,7 +162,7 @@ class BeamSearch(ChunkedSearch):
         first = self.bank.extend(self.model, [prefix.row for _, prefix in parents], labels)
         lm_rows = ([-1] * len(chosen) if self.fusion is None else
                    self.fusion.advance([prefix.lm_row for _, prefix in parents], labels))
-        return [(b, _Prefix(parent.tokens + (expansion.label,), expansion.score, parent.path_score + label_score,
+        return [(b, Prefix(parent.tokens + (expansion.label,), expansion.score, parent.path_score + label_score,
                             parent.token_scores + (label_score,), parent.frames + (frame_numbers[b],), first + n,
                             lm_row))
                 for n, ((b, parent), expansion, label_score, lm_row) in enumerate(zip(parents, chosen, label_scores,
@@ -227,7 +195,7 @@ class BeamSearch(ChunkedSearch):
                 for prefixes in beams]
 
 
-def _hypothesis(prefix: _Prefix) -> Hypothesis:
+def _hypothesis(prefix: Prefix) -> Hypothesis:
     return Hypothesis(list(prefix.tokens), prefix.score, list(prefix.token_scores), list(prefix.frames))
 
 
@@ -248,7 +216,7 @@ def beam_search(
     return search.finish(nbest, length_norm)
 
 
-def _finish(prefixes: list[_Prefix], fusion: LanguageModelFusion) -> list[_Prefix]:
+def _finish(prefixes: list[Prefix], fusion: LanguageModelFusion) -> list[Prefix]:
     """The prefixes of a finished utterance with the LM's ``</s>`` score added (0 without ``--lm-eos``)."""
     eos = fusion.eos_scores([p.lm_row for p in prefixes])
     return [p._replace(score=p.score + e, path_score=p.path_score + e) for p, e in zip(prefixes, eos)]
