@@ -15,10 +15,12 @@ import argparse
 import asyncio
 import logging
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from ..asr.endpoints import DEFAULT_MAX_SEGMENT, DEFAULT_SILENCE_AFTER_SPEECH, DEFAULT_SILENCE_WITHOUT_SPEECH, \
     EndpointRules
+from ..asr.options import DecodingOptions
 from .transcribe import _add_search_arguments, load_recognizer
 
 logger = logging.getLogger("ssm_fairseq.serve")
@@ -72,6 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add_search_arguments(parser)
     args = parser.parse_args(argv)
     args.max_tokens = args.batch_size = None  # offline batching: not used by streams
+    for field in fields(DecodingOptions):  # the other offline-only settings (long files' windows) at their defaults
+        if not hasattr(args, field.name):
+            setattr(args, field.name, field.default)
+    args.compile = False  # streams step eagerly (layers/compiled.py compiles the batched forward only)
     return args
 
 
