@@ -25,14 +25,6 @@ from onnx_tiny_model import metadata_of, tiny_model
 CHUNK = 32
 
 
-@pytest.fixture(autouse=True)
-def _two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module", params=["tr", "ms"])
 def exported(request, tmp_path_factory):
     """(model, directory) of a tiny causal model on the tr or ms sub-sampler, exported with int8 copies."""

@@ -32,14 +32,6 @@ from onnx_tiny_model import MINI_TEST, REPO, SEARCHES, metadata_of, mini_feature
 CHUNK = 32
 
 
-@pytest.fixture(autouse=True)
-def _two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(model, its CMVN statistics, exported directory with int8 copies, 3 mini test files, their filterbanks)."""
