@@ -65,8 +65,8 @@ def mix_batch_frames(seconds: float, max_tokens: int) -> list[int]:
     return [round(longest - (longest - shortest) * i / max(count - 1, 1)) for i in range(count)]
 
 
-def measure_encoder(args: argparse.Namespace) -> dict:
-    """Time or memory (``args.what``) of one training step or inference (``args.mode``) of one encoder on one batch:
+def encoder_step(args: argparse.Namespace):
+    """One training step or inference (``args.mode``) of one encoder on one batch, as a function of no arguments:
     ``args.frames`` (utterance lengths, in feature frames) or ``args.batch`` utterances of ``args.seconds``."""
     torch.manual_seed(0)
     frames = getattr(args, "frames", None) or [args.seconds * FRAMES_PER_SECOND] * args.batch
@@ -92,7 +92,12 @@ def measure_encoder(args: argparse.Namespace) -> dict:
         encoder(features, lengths)
 
     encoder.train(args.mode == "train")
-    return measure(train if args.mode == "train" else infer, args.device, args.repeats, args.what)
+    return train if args.mode == "train" else infer
+
+
+def measure_encoder(args: argparse.Namespace) -> dict:
+    """Time or memory (``args.what``) of ``encoder_step(args)``."""
+    return measure(encoder_step(args), args.device, args.repeats, args.what)
 
 
 def encoder_results(which: str, names: list[str], frames: list[int], path: str, common: list[str]) -> dict[str, dict]:
