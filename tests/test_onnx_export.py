@@ -1,6 +1,8 @@
-"""ONNX export of a streaming transducer (``ssm_fairseq.deploy``): the exported encoder step equals the PyTorch step
-over a stream of chunks (and the whole-utterance forward), the predictor and joiner equal theirs, every file passes
-``onnx.checker``, and models that cannot stream or bad settings are refused, named, with nothing left behind.
+"""ONNX export of a transducer (``ssm_fairseq.deploy``): the exported encoder step equals the PyTorch step over a
+stream of chunks (and the whole-utterance forward), and so does each SSM block's chunk form with every gating; the
+offline (bidirectional) encoder graph equals the PyTorch forward at any length; the predictor and joiner equal theirs,
+every file passes ``onnx.checker``, int8 keeps the SSM matrices in float32, and models that cannot stream or bad
+settings are refused, named, with nothing left behind.
 
 Tiny untrained models built in memory (``onnx_tiny_model``); exports take a few seconds each.
 """
@@ -14,11 +16,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ssm_fairseq.deploy.errors import NotStreamableError
+from ssm_fairseq.deploy.chunk_layers import ChunkMultiHeadSSM
+from ssm_fairseq.deploy.errors import NotStreamableError, UnsupportedModelError
 from ssm_fairseq.deploy.export_graphs import EncoderChunkStep
 from ssm_fairseq.deploy.exporter import export_model
 from ssm_fairseq.deploy.manifest import GRAPHS, METADATA_KEY, graph_file, read_manifest
 from ssm_fairseq.deploy.onnx_transducer import OnnxTransducer
+from ssm_fairseq.layers.state_space.multihead_ssm import MultiHeadSSM
 
 from onnx_tiny_model import metadata_of, tiny_model
 
@@ -157,3 +161,75 @@ def test_onnx_runtime_session_options_do_not_change_results(exported):
     one = OnnxTransducer(out, threads=1)
     np.testing.assert_allclose(one.encode_chunk(features, one.initial_states())[0], a, atol=1e-5)
     assert isinstance(one.sessions["encoder"], ort.InferenceSession)
+
+
+@pytest.mark.parametrize("gating, heads", [("ihg", 4), ("glu", 2), ("gelu", 1)])
+def test_the_chunk_form_of_an_ssm_block_equals_its_step(gating, heads):
+    """``ChunkMultiHeadSSM`` (one matrix product per stage, the export's layout) against ``MultiHeadSSM.step`` over
+    three chunks, with each gating (and without the multi-head projection, one head)."""
+    torch.manual_seed(4)
+    ssm = MultiHeadSSM(16, heads=heads, stack=2, gating=gating, state_size=4, kernel="mssm").eval()
+    chunks = torch.randn(3, 1, 8, 16)
+    with torch.no_grad():
+        cache: dict = {}
+        expected = [ssm.step(chunk, cache) for chunk in chunks]
+        form = ChunkMultiHeadSSM(ssm, cache["recurrences"], 8)
+        states = [torch.zeros(1, 16, 4) for _ in range(2)]
+        for chunk, want in zip(chunks, expected):
+            got, states = form(chunk[0], states)
+            torch.testing.assert_close(got, want[0], atol=1e-5, rtol=1e-5)
+        for a, b in zip(states, cache["states"]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_int8_keeps_the_chunk_matrices_in_float32(exported):
+    """Only the Linear layers' weights are quantized: every SSM stage's chunk product stays a float32 ``MatMul``."""
+    _, out = exported
+    fp32, int8 = onnx.load(str(out / "encoder.onnx")), onnx.load(str(out / "encoder.int8.onnx"))
+    matrices = {i.name for i in fp32.graph.initializer if len(i.dims) == 3}
+    assert matrices and matrices <= {i.name for i in int8.graph.initializer}
+    products = [n for n in int8.graph.node if n.op_type == "MatMul" and set(n.input) & matrices]
+    assert len(products) == len(matrices)
+    assert sum(n.op_type == "MatMulInteger" for n in int8.graph.node) > 0
+
+
+def test_an_encoder_with_look_ahead_is_refused():
+    model = tiny_model("tr")
+    model.encoder.lookahead_frames = 2  # what --encoder-lookahead sets (its module is not needed to be refused)
+    with pytest.raises(NotStreamableError, match="look-ahead"):
+        EncoderChunkStep(model.encoder, model.joiner.encoder_proj, CHUNK)
+
+
+@pytest.mark.parametrize("subsampler", ["tr", "conv"])
+def test_the_offline_encoder_equals_pytorch_at_any_length(tmp_path, subsampler):
+    """``--offline``: a bidirectional model's whole-utterance graph (chunked convolutions, no FFT) against
+    ``SpeechEncoder.forward`` (FFT convolutions) at lengths shorter than a piece, between pieces and of many pieces
+    (fp32, 1e-4); the files pass the checker and say which encoder they hold."""
+    model = tiny_model(subsampler, causal=False)
+    out = tmp_path / "offline"
+    export_model(model, metadata_of(model, None), out, int8=True, offline=True, piece_frames=8)
+    metadata = read_manifest(out, "int8")
+    assert metadata["encoder"] == "offline" and metadata["piece_frames"] == 8 and "state_shapes" not in metadata
+    for precision in ("fp32", "int8"):
+        for graph in GRAPHS:
+            onnx.checker.check_model(str(out / graph_file(graph, precision)), full_check=True)
+    onnx_model = OnnxTransducer(out)
+    session = onnx_model.sessions["encoder"]
+    for frames in (23, 64, 150, 701):
+        features = torch.randn(1, frames, 80, generator=torch.Generator().manual_seed(frames))
+        with torch.no_grad():
+            expected = model.encoder(features, torch.tensor([frames]))["encoder_out"]
+            proj = model.joiner.encoder_proj(expected)
+        encoder_out, = session.run(["encoder_out"], {"features": features.numpy()})
+        np.testing.assert_allclose(encoder_out, expected.numpy(), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(onnx_model.encode_utterance(features[0].numpy()), proj[0].numpy(), atol=1e-4,
+                                   rtol=1e-4)
+    with pytest.raises(ValueError, match="offline"):
+        onnx_model.encoder_stream()
+
+
+def test_the_offline_export_refuses_what_it_has_no_graph_for(tmp_path):
+    model = tiny_model("ms", causal=False)
+    with pytest.raises(UnsupportedModelError, match="ms sub-sampler"):
+        export_model(model, metadata_of(model, None), tmp_path / "out", offline=True)
+    assert list(tmp_path.iterdir()) == []

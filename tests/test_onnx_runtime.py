@@ -229,3 +229,24 @@ def test_the_command_transcribes_with_onnx_without_torch(exported):
     both = subprocess.run([sys.executable, "-c", TORCH_BLOCKED_COMMAND, "--checkpoint", "x.pt", *flags, str(files[0])],
                           capture_output=True, text=True, cwd=REPO)
     assert both.returncode == 2 and "give --checkpoint or --onnx DIR, one of them" in both.stderr
+
+
+def test_an_offline_export_transcribes_as_pytorch_and_does_not_stream(tmp_path):
+    """A bidirectional model on utterance CMVN exported ``--offline``: greedy and beam transcripts and word times as
+    the PyTorch forward and searches; ``stream`` refused, named."""
+    from fairseq.data.audio.feature_transforms.utterance_cmvn import UtteranceCMVN
+
+    files, fbanks, _ = mini_features(3)
+    model, cmvn = tiny_model("tr", causal=False, seed=3), UtteranceCMVN()
+    out = tmp_path / "offline"
+    export_model(model, metadata_of(model, cmvn), out, offline=True, piece_frames=8)
+    for name in sorted(SEARCHES):
+        expected = _pytorch_transcripts(model, cmvn, fbanks, SEARCHES[name])
+        assert sum(bool(text.strip()) for text, _, _ in expected) >= 2
+        recognizer = OnnxRecognizer(out, **SEARCHES[name], lenpen=1.0)
+        got = recognizer.transcribe(files, timestamps=True)
+        assert [t.text for t in got] == [text for text, _, _ in expected]
+        for transcript, (_, words, _) in zip(got, expected):
+            assert [w.word for w in transcript.words] == [w.word for w in words]
+    with pytest.raises(ValueError, match="offline .* cannot stream"):
+        recognizer.stream()

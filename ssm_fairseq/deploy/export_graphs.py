@@ -1,9 +1,9 @@
 """The three graphs a streaming transducer is exported as, each a module whose every input and output is a tensor.
 
 * ``EncoderChunkStep``: one chunk of ``chunk_frames`` feature frames and every SSM state in -> the encoder frames
-  of the chunk (and their joiner projection) and every SSM state out. It drives the encoder's own chunk form
-  (``EncoderLayer.step``, whose causal MSSM blocks run ``Recurrence.chunk``) with each state taken from an input
-  and returned as an output, instead of kept in a cache dict.
+  of the chunk (and their joiner projection) and every SSM state out: the encoder's chunk form (``EncoderLayer.step``)
+  laid out for the graph (``chunk_layers``: each SSM stage's chunk one matrix product), each state taken from an
+  input and returned as an output instead of kept in a cache dict.
 * ``PredictorStep``: one label per row and the LSTM state -> the joiner's projection of the predictor output and
   the new state (``asr.search.hypothesis.advance_predictor``).
 * ``JoinerStep``: projected encoder and predictor rows -> logits (``Joiner.step``).
@@ -17,7 +17,7 @@ of them, are those of ``SpeechEncoder.step(..., final=True)`` on the real frames
 padded frame reaches no earlier one). The states after a padded chunk are not the stream's: it must be the last.
 
 The discrete SSM matrices are computed once here, from the trained parameters (MSSM's eigendecomposition included),
-and enter the graphs as constants: a chunk is products and sums over fixed-size states.
+and enter the graphs as constants: a chunk is matrix products over fixed-size states.
 """
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ from ..asr.encoder.speech_encoder import SpeechEncoder
 from ..asr.encoder.subsampling import MultiScaleSubsampler, TimeReductionSubsampler, time_reduction
 from ..asr.search.hypothesis import advance_predictor
 from ..layers.encoder_layer import EncoderLayer
-from ..ssm.fft_conv import check_input
-from ..ssm.recurrence import DIRECT_CHUNK, DiagonalRecurrence
-from ..ssm.structured_products import CHUNK_ELEMENTS
-from .errors import NotStreamableError, UnsupportedModelError
+from ..ssm.recurrence import DIRECT_CHUNK
+from .chunk_layers import ChunkEncoderLayer
+from .errors import NotStreamableError
 
 
 def _scaled_layers(encoder: SpeechEncoder) -> tuple[list[tuple[EncoderLayer, int]], int]:
@@ -49,29 +48,6 @@ def _scaled_layers(encoder: SpeechEncoder) -> tuple[list[tuple[EncoderLayer, int
     return layers + [(layer, stride) for layer in encoder.layers], stride
 
 
-class FixedChunkRecurrence(DiagonalRecurrence):
-    """A ``DiagonalRecurrence`` for chunks of one piece (``chunk_frames`` checks it), traceable: its chunk matrices
-    are looked up by a Python int (while the exporter traces, a tensor's length is itself a traced tensor, which
-    would miss the matrices computed before and trace their computation, eigendecomposition included, into the
-    graph instead of taking them as constants), and the one piece is not split (the exporter writes a split of one
-    piece longer than the chunk as an invalid ``Split``). ``chunk`` is then ``DiagonalRecurrence.chunk``."""
-
-    @classmethod
-    @torch.no_grad()
-    def of(cls, recurrence: DiagonalRecurrence, length: int) -> FixedChunkRecurrence:
-        """``recurrence`` with its matrices for chunks of ``length`` computed (the graph's constants)."""
-        fixed = cls(recurrence.dA, recurrence.dB, recurrence.dC, recurrence.D)
-        fixed._piece_matrices(length)
-        return fixed
-
-    def _piece_matrices(self, L) -> tuple[Tensor, Tensor]:
-        return super()._piece_matrices(int(L))
-
-    def chunk(self, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        check_input(u, self.channels)
-        return self._chunk_parallel(u.to(self.D.dtype), state)
-
-
 class EncoderChunkStep(nn.Module):
     """``features``: ``1 x chunk_frames x F`` (global-CMVN-normalised filterbanks), ``valid_frames``: ``1`` (int64,
     ``chunk_frames`` except in a stream's last chunk), then one ``1 x H x N`` state per SSM stage (``state_names``
@@ -79,10 +55,10 @@ class EncoderChunkStep(nn.Module):
     joiner's projection), ``encoder_frames`` ``1`` (int64: how many output frames are valid) and the new states.
 
     Args:
-        encoder: a streamable ``SpeechEncoder`` (``check_streamable``), in eval mode.
+        encoder: a streamable ``SpeechEncoder`` (``check_streamable``), in eval mode, without look-ahead.
         encoder_proj: the joiner's encoder projection (``Joiner.encoder_proj``).
         chunk_frames: feature frames per chunk, a positive multiple of the sub-sampling stride such that no SSM
-            runs over more than ``DIRECT_CHUNK`` frames (a chunk is then one Toeplitz product: no FFT).
+            runs over more than ``DIRECT_CHUNK`` frames (the chunk's kernel is then a Toeplitz matrix: no FFT).
     """
 
     def __init__(self, encoder: SpeechEncoder, encoder_proj: nn.Linear, chunk_frames: int):
@@ -91,44 +67,35 @@ class EncoderChunkStep(nn.Module):
             encoder.check_streamable()
         except ValueError as error:
             raise NotStreamableError(str(error)) from error
+        if getattr(encoder, "lookahead_frames", 0):
+            raise NotStreamableError(f"an encoder with {encoder.lookahead_frames} frames of look-ahead: the chunk "
+                                     "step exports encoders without look-ahead only")
         self.encoder, self.encoder_proj = encoder, encoder_proj
-        self.layers, self.stride = _scaled_layers(encoder)
+        scaled, self.stride = _scaled_layers(encoder)
         if chunk_frames < 1 or chunk_frames % self.stride:
             raise ValueError(f"chunk_frames must be a positive multiple of the sub-sampling stride ({self.stride}), "
                              f"got {chunk_frames}")
-        longest = max([chunk_frames // stride for _, stride in self.layers], default=0)
+        longest = max([chunk_frames // stride for _, stride in scaled], default=0)
         if longest > DIRECT_CHUNK:
             raise ValueError(f"chunk_frames {chunk_frames} runs an SSM over {longest} frames; at most {DIRECT_CHUNK} "
                              f"per chunk (a longer one takes the FFT path, which is not exported): use a shorter chunk")
         self.chunk_frames = chunk_frames
-        self.templates = [self._layer_cache(layer, stride) for layer, stride in self.layers]
+        self.layers = nn.ModuleList(ChunkEncoderLayer(layer, self._layer_cache(layer, chunk_frames // stride),
+                                                      chunk_frames // stride) for layer, stride in scaled)
 
+    @staticmethod
     @torch.no_grad()
-    def _layer_cache(self, layer: EncoderLayer, stride: int) -> dict:
-        """The step cache of ``layer`` after one chunk: each SSM block's recurrences (discrete matrices, built once)
-        and its states, whose shapes the graph's state inputs take."""
+    def _layer_cache(layer: EncoderLayer, length: int) -> dict:
+        """The step cache of ``layer`` after one chunk of ``length`` frames: each SSM block's recurrences (discrete
+        matrices) and its states, whose shapes the graph's state inputs take."""
         width = layer.blocks[0].norm.normalized_shape[0]
         cache: dict = {}
-        layer.step(torch.zeros(1, self.chunk_frames // stride, width), cache)
-        for block in cache.values():
-            block_recurrences = block.get("recurrences", [])
-            if not all(type(r) is DiagonalRecurrence for r in block_recurrences):
-                raise UnsupportedModelError(f"an SSM of recurrence {type(block_recurrences[0]).__name__}: the exporter "
-                                            "handles diagonal (MSSM) recurrences")
-            if any(r.dC.numel() * (self.chunk_frames // stride) > CHUNK_ELEMENTS for r in block_recurrences):
-                raise ValueError(f"chunk_frames {self.chunk_frames} is more than one piece of Recurrence.chunk for this "
-                                 "model's width: use a shorter chunk")
-            block_recurrences[:] = [FixedChunkRecurrence.of(r, self.chunk_frames // stride) for r in block_recurrences]
-            for state in block.get("states", []):
-                if state.is_complex():
-                    raise UnsupportedModelError("an SSM with a complex state: the exporter handles real-eigenvalue "
-                                                "(MSSM) kernels, whose states are real")
+        layer.step(torch.zeros(1, length, width), cache)
         return cache
 
     def state_shapes(self) -> list[tuple[int, ...]]:
         """The ``1 x H x N`` shape of every state input, in order."""
-        return [tuple(state.shape) for cache in self.templates for block in cache.values()
-                for state in block.get("states", [])]
+        return [shape for layer in self.layers for shape in layer.shapes]
 
     def state_names(self) -> list[str]:
         return [f"state_{i}" for i in range(len(self.state_shapes()))]
@@ -136,20 +103,16 @@ class EncoderChunkStep(nn.Module):
     def initial_states(self) -> list[Tensor]:
         return [torch.zeros(shape) for shape in self.state_shapes()]
 
-    def _run_layer(self, index: int, x: Tensor, states: list[Tensor], new_states: list[Tensor]) -> Tensor:
-        """``layer.step`` on a cache holding the template's recurrences and the next of ``states``."""
-        cache = {}
-        for key, block in self.templates[index].items():
-            if "states" in block:
-                count = len(block["states"])
-                cache[key] = {"recurrences": block["recurrences"], "states": states[:count]}
-                del states[:count]
-            else:
-                cache[key] = {}
-        x = self.layers[index][0].step(x, cache)
-        for block in cache.values():
-            new_states.extend(block.get("states", []))
-        return x
+    def _run_layers(self, layers, x: Tensor, states: list[Tensor], new_states: list[Tensor]) -> Tensor:
+        """``1 x L x D`` frames through ``layers`` (``ChunkEncoderLayer``), each taking its states from the front of
+        ``states`` and appending its next states to ``new_states``."""
+        x = x[0]
+        for layer in layers:
+            count = len(layer.shapes)
+            x, next_states = layer(x, states[:count])
+            del states[:count]
+            new_states += next_states
+        return x.unsqueeze(0)
 
     def forward(self, features: Tensor, valid_frames: Tensor, *states: Tensor) -> tuple[Tensor, ...]:
         remaining, new_states = list(states), []
@@ -157,15 +120,12 @@ class EncoderChunkStep(nn.Module):
         x, valid, index = sub.in_proj(features), valid_frames, 0
         if isinstance(sub, MultiScaleSubsampler):
             for scale in sub.scales:
-                for _ in scale:
-                    x = self._run_layer(index, x, remaining, new_states)
-                    index += 1
+                x = self._run_layers(self.layers[index:index + len(scale)], x, remaining, new_states)
+                index += len(scale)
                 x, valid = time_reduction(x, valid, 2)
         else:
             x, valid = time_reduction(x, valid, sub.stride)
-        for _ in self.encoder.layers:
-            x = self._run_layer(index, x, remaining, new_states)
-            index += 1
+        x = self._run_layers(self.layers[index:], x, remaining, new_states)
         encoder_out = self.encoder.final_norm(x)
         return (encoder_out, self.encoder_proj(encoder_out), valid, *new_states)
 

@@ -1,14 +1,17 @@
-"""Export a streaming transducer checkpoint to a directory of ONNX files that ONNX Runtime runs without PyTorch.
+"""Export a transducer checkpoint to a directory of ONNX files that ONNX Runtime runs without PyTorch.
 
     from ssm_fairseq.deploy.exporter import export_checkpoint
     export_checkpoint("checkpoint_avg5.pt", "exported/", chunk_frames=32, int8=True)
+    export_checkpoint("checkpoint_best.pt", "offline/", offline=True)   # a bidirectional (whole-utterance) model
 
 The checkpoint is loaded as ``ssm-transcribe`` loads it (``asr.Recognizer``: every checkpoint and data check, the
 dictionary, the evaluation feature transforms, the search's suppressed units), refused unless its encoder and
-transforms can stream (``NotStreamableError``), and its three graphs (``export_graphs``) are traced with
+transforms can stream (``NotStreamableError``) or, with ``offline``, unless its encoder has a whole-utterance graph
+(``offline_graph``) and its features one CMVN, and its three graphs (``export_graphs``) are traced with
 ``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``; opset 17), checked with ``onnx.checker`` and
 given the directory's metadata (``manifest``). ``int8`` adds dynamically quantized copies (``onnxruntime``'s
-``quantize_dynamic``: int8 weights of the MatMul and Gemm nodes, activations quantized per call).
+``quantize_dynamic``: int8 weights of the Linear layers, activations quantized per call; the SSM chunk matrices
+stay float32).
 
 Everything is written to a hidden temporary directory beside ``out``, which is renamed to ``out`` only once complete
 (``manifest.json`` written last), so an interrupted export leaves no directory that looks complete; an existing
@@ -16,7 +19,6 @@ Everything is written to a hidden temporary directory beside ``out``, which is r
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ import torch
 
 from .errors import NotStreamableError, UnsupportedModelError
 from .export_graphs import EncoderChunkStep, JoinerStep, PredictorStep
+from .offline_graph import DEFAULT_PIECE_FRAMES, OfflineEncoder
 from .manifest import FORMAT_VERSION, GRAPHS, METADATA_KEY, graph_file, write_manifest
 
 OPSET = 17
@@ -38,21 +41,6 @@ DEFAULT_CHUNK_FRAMES = 32  # 320 ms, ssm-transcribe --stream's default chunk
 FEATURES = {"kind": "kaldi_fbank", "sample_rate": 16000, "num_mel_bins": 80, "frame_length_ms": 25.0,
             "frame_shift_ms": 10.0, "window": "povey", "preemphasis": 0.97, "low_freq": 20.0, "dither": 0.0,
             "pcm_scale": 32768.0, "snip_edges": True}  # audio_features.log_mel_filterbank's settings
-
-
-def _real_as_identity(graph, x):
-    """``aten::real`` of a real tensor (``Recurrence`` takes ``.real`` of its outputs whatever their dtype)."""
-    return x
-
-
-@contextlib.contextmanager
-def _real_is_identity():
-    """While exporting: ``Tensor.real`` of the (always real) SSM outputs is the identity."""
-    torch.onnx.register_custom_op_symbolic("aten::real", _real_as_identity, OPSET)
-    try:
-        yield
-    finally:
-        torch.onnx.unregister_custom_op_symbolic("aten::real", OPSET)
 
 
 def _export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
@@ -75,21 +63,44 @@ def _set_metadata(path: Path, metadata: dict, graph: str) -> None:
     onnx.checker.check_model(str(path), full_check=True)
 
 
+def _encoder_graph(model, metadata: dict, offline: bool, chunk_frames: int, piece_frames: int, path: Path) -> dict:
+    """Export the encoder to ``path``: the chunk step (streaming) or the whole-utterance graph (``offline``); the
+    metadata it adds."""
+    bins = metadata["features"]["num_mel_bins"]
+    if offline:
+        encoder = OfflineEncoder(model.encoder, model.joiner.encoder_proj, piece_frames).eval()
+        frames = {1: "encoder_frames"}
+        _export_graph(encoder, (torch.zeros(1, 8 * piece_frames, bins),), path, ["features"],
+                      ["encoder_out", "encoder_proj"], {"features": {1: "frames"}, "encoder_out": frames,
+                                                        "encoder_proj": frames})
+        return {"encoder": "offline", "piece_frames": piece_frames}
+    step = EncoderChunkStep(model.encoder, model.joiner.encoder_proj, chunk_frames).eval()
+    names = step.state_names()
+    _export_graph(step, (torch.zeros(1, chunk_frames, bins), torch.tensor([chunk_frames]), *step.initial_states()),
+                  path, ["features", "valid_frames", *names],
+                  ["encoder_out", "encoder_proj", "encoder_frames", *[f"next_{n}" for n in names]])
+    return {"encoder": "streaming", "chunk_frames": chunk_frames, "subsampling_stride": step.stride,
+            "encoder_frames_per_chunk": chunk_frames // step.stride, "look_ahead_frames": 0, "state_names": names,
+            "state_shapes": [list(s) for s in step.state_shapes()]}
+
+
 def export_model(model, metadata: dict, out: Path | str, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
-                 int8: bool = False, overwrite: bool = False) -> Path:
+                 int8: bool = False, overwrite: bool = False, offline: bool = False,
+                 piece_frames: int = DEFAULT_PIECE_FRAMES) -> Path:
     """Export a ``TransducerModel`` (eval mode, float32) to the directory ``out``; ``metadata``: what the runtime
-    needs beyond the graphs (``checkpoint_metadata`` of a checkpoint; the chunk, stride, state shapes, format and
-    export id are added here). Returns ``out``."""
+    needs beyond the graphs (``checkpoint_metadata`` of a checkpoint; the encoder's settings, format and export id
+    are added here). The encoder is the causal chunk step of ``chunk_frames`` feature frames, or with ``offline``
+    the whole-utterance graph (``offline_graph``, chunked convolutions of ``piece_frames`` encoder frames). The
+    encoder graph is built (and a model it cannot export refused) before anything is written. Returns ``out``."""
     model.float()
     model.eval()  # not chained: after fairseq's make_generation_fast_, eval() returns None
-    step = EncoderChunkStep(model.encoder, model.joiner.encoder_proj, chunk_frames).eval()
-    states = step.initial_states()
+    if offline:
+        OfflineEncoder(model.encoder, model.joiner.encoder_proj, piece_frames)
+    else:
+        EncoderChunkStep(model.encoder, model.joiner.encoder_proj, chunk_frames)
     predictor = model.predictor
     layers, hidden = len(predictor.lstms), predictor.hidden_dim
-    metadata = dict(metadata, format_version=FORMAT_VERSION, export_id=uuid.uuid4().hex, chunk_frames=chunk_frames,
-                    subsampling_stride=step.stride, encoder_frames_per_chunk=chunk_frames // step.stride,
-                    look_ahead_frames=0, state_names=step.state_names(),
-                    state_shapes=[list(s) for s in step.state_shapes()],
+    metadata = dict(metadata, format_version=FORMAT_VERSION, export_id=uuid.uuid4().hex,
                     predictor_layers=layers, predictor_hidden=hidden, joint_dim=model.joiner.output.in_features,
                     vocab_size=model.joiner.output.out_features, encoder_dim=model.joiner.encoder_proj.in_features,
                     int8=int8)
@@ -100,16 +111,12 @@ def export_model(model, metadata: dict, out: Path | str, chunk_frames: int = DEF
     work = out.with_name(f".{out.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     work.mkdir()
     try:
-        features = torch.zeros(1, chunk_frames, metadata["features"]["num_mel_bins"])
-        names = step.state_names()
-        with _real_is_identity():
-            _export_graph(step, (features, torch.tensor([chunk_frames]), *states), work / graph_file("encoder"),
-                          ["features", "valid_frames", *names],
-                          ["encoder_out", "encoder_proj", "encoder_frames", *[f"next_{n}" for n in names]])
+        metadata.update(_encoder_graph(model, metadata, offline, chunk_frames, piece_frames,
+                                       work / graph_file("encoder")))
         tokens, zeros = torch.zeros(2, dtype=torch.long), torch.zeros(layers, 2, hidden)
         rows = {0: "rows"}
-        _export_graph(PredictorStep(model.predictor, model.joiner).eval(), (tokens, zeros, zeros), work / graph_file("predictor"),
-                      ["tokens", "h", "c"], ["predictor_proj", "next_h", "next_c"],
+        _export_graph(PredictorStep(model.predictor, model.joiner).eval(), (tokens, zeros, zeros),
+                      work / graph_file("predictor"), ["tokens", "h", "c"], ["predictor_proj", "next_h", "next_c"],
                       {"tokens": rows, "h": {1: "rows"}, "c": {1: "rows"}, "predictor_proj": rows,
                        "next_h": {1: "rows"}, "next_c": {1: "rows"}})
         joint = torch.zeros(2, metadata["joint_dim"])
@@ -128,16 +135,28 @@ def export_model(model, metadata: dict, out: Path | str, chunk_frames: int = DEF
     return out
 
 
+def _recurrence_products(path: Path) -> list[str]:
+    """The ``MatMul`` nodes of a graph whose constant operand is 3-D: the SSM stages' per-channel chunk matrices
+    (``chunk_layers.chunk_matrix``), which hold the states' decay over a chunk (``dA^L``, close to 1 for the slow
+    channels: in 8 bits the decay, and the memory it sets, would be lost)."""
+    model = onnx.load(str(path))
+    three_d = {init.name for init in model.graph.initializer if len(init.dims) == 3}
+    return [node.name for node in model.graph.node
+            if node.op_type == "MatMul" and any(name in three_d for name in node.input)]
+
+
 def _quantize(directory: Path, metadata: dict) -> list[str]:
-    """Dynamically quantized (int8 weights) copies of the three graphs; their names."""
+    """Dynamically quantized copies of the three graphs (int8 weights of the Linear layers; the SSM chunk matrices
+    kept in float32); their names."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     names = []
     for graph in GRAPHS:
-        target = directory / graph_file(graph, "int8")
+        source, target = directory / graph_file(graph), directory / graph_file(graph, "int8")
         logging.disable(logging.WARNING)  # the quantizer's advice and notes, on the root logger, for every graph
         try:
-            quantize_dynamic(str(directory / graph_file(graph)), str(target), weight_type=QuantType.QInt8)
+            quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+                             nodes_to_exclude=_recurrence_products(source))
         finally:
             logging.disable(logging.NOTSET)
         _set_metadata(target, metadata, graph)
@@ -163,30 +182,43 @@ def _move_into_place(work: Path, out: Path) -> None:
 
 
 def runtime_metadata(dictionary, blank: int, suppress, frame_seconds: float, cmvn=None) -> dict:
-    """What a runtime needs besides the graphs: the features and their global-CMVN statistics (``cmvn``: fairseq's
-    ``GlobalCMVN`` transform, or None), the vocabulary (a fairseq ``Dictionary``'s units in id order), the blank, the
-    units the search never emits (``suppress``) and those the text drops (``<s>``, ``</s>``, as
-    ``Dictionary.string``), ``<unk>``, and the seconds one encoder frame stands for."""
+    """What a runtime needs besides the graphs: the features and their CMVN (``cmvn``: fairseq's ``GlobalCMVN``
+    transform, whose statistics are kept, its ``UtteranceCMVN``, whose settings are kept, or None), the vocabulary (a
+    fairseq ``Dictionary``'s units in id order), the blank, the units the search never emits (``suppress``) and those
+    the text drops (``<s>``, ``</s>``, as ``Dictionary.string``), ``<unk>``, and the seconds one encoder frame stands
+    for."""
+    utterance = cmvn is not None and type(cmvn).__name__ == "UtteranceCMVN"
     return {"features": FEATURES,
-            "global_cmvn": None if cmvn is None else {"mean": [float(v) for v in cmvn.mean],
-                                                      "std": [float(v) for v in cmvn.std]},
+            "global_cmvn": None if cmvn is None or utterance else {"mean": [float(v) for v in cmvn.mean],
+                                                                   "std": [float(v) for v in cmvn.std]},
+            "utterance_cmvn": {"norm_means": bool(cmvn.norm_means), "norm_vars": bool(cmvn.norm_vars)}
+            if utterance else None,
             "vocabulary": list(dictionary.symbols), "blank": int(blank), "suppress": sorted(int(i) for i in suppress),
             "strip": sorted({int(dictionary.bos()), int(dictionary.eos())}), "unk": int(dictionary.unk()),
             "unk_word": dictionary.unk_word, "frame_seconds": float(frame_seconds)}
 
 
-def checkpoint_metadata(recognizer) -> dict:
+OFFLINE_TRANSFORMS = ("GlobalCMVN", "UtteranceCMVN")
+
+
+def checkpoint_metadata(recognizer, offline: bool = False) -> dict:
     """``runtime_metadata`` of a loaded ``asr.Recognizer``. Raises ``NotStreamableError`` for a model or feature
-    transforms that need the whole utterance and ``UnsupportedModelError`` for a pre-tokenizer (its decoding has no
-    torch-free form here)."""
-    problem = recognizer.streaming_problem()
-    if problem:
-        raise NotStreamableError(problem)
+    transforms that need the whole utterance (unless ``offline``: the whole-utterance encoder takes global or
+    utterance CMVN) and ``UnsupportedModelError`` for a pre-tokenizer (its decoding has no torch-free form here)."""
+    transforms = [] if recognizer.feature_transforms is None else recognizer.feature_transforms.transforms
+    if offline:
+        names = [type(t).__name__ for t in transforms]
+        if len(names) > 1 or any(name not in OFFLINE_TRANSFORMS for name in names):
+            raise UnsupportedModelError(f"the data directory's feature transforms {names}: the ONNX runtime applies "
+                                        "one of global or utterance CMVN")
+    else:
+        problem = recognizer.streaming_problem()
+        if problem:
+            raise NotStreamableError(f"{problem} (ssm-export-onnx --offline exports the whole-utterance encoder)")
     if recognizer.tokenizer is not None:
         raise UnsupportedModelError(f"the data directory's pre_tokenizer {recognizer.task.data_cfg.pre_tokenizer} "
                                     "rewrites the text after decoding; the ONNX runtime joins SentencePiece units only")
-    transforms = [] if recognizer.feature_transforms is None else recognizer.feature_transforms.transforms
-    cmvn = transforms[0] if transforms else None  # streaming_problem allows GlobalCMVN alone
+    cmvn = transforms[0] if transforms else None  # one transform at most (above, or streaming_problem)
     generator = recognizer.generator
     if set(generator.symbols_to_strip_from_output) != {recognizer.dictionary.bos(), recognizer.dictionary.eos()}:
         raise UnsupportedModelError(f"the search strips {sorted(generator.symbols_to_strip_from_output)} from its "
@@ -196,8 +228,10 @@ def checkpoint_metadata(recognizer) -> dict:
 
 
 def export_checkpoint(checkpoint: Path | str, out: Path | str, data_dir: Path | str | None = None,
-                      chunk_frames: int = DEFAULT_CHUNK_FRAMES, int8: bool = False, overwrite: bool = False) -> Path:
-    """Export a ``speech_transducer`` checkpoint (with its data directory, or ``data_dir``) to ``out``."""
+                      chunk_frames: int = DEFAULT_CHUNK_FRAMES, int8: bool = False, overwrite: bool = False,
+                      offline: bool = False, piece_frames: int = DEFAULT_PIECE_FRAMES) -> Path:
+    """Export a ``speech_transducer`` checkpoint (with its data directory, or ``data_dir``) to ``out``: its
+    streaming chunk step, or with ``offline`` its whole-utterance encoder (``export_model``)."""
     from ..asr.recognizer import Recognizer
     from ..asr.transducer.model import TransducerModel
 
@@ -210,6 +244,6 @@ def export_checkpoint(checkpoint: Path | str, out: Path | str, data_dir: Path | 
     if type(recognizer.model) is not TransducerModel:
         raise UnsupportedModelError(f"{checkpoint}: a {type(recognizer.model).__name__}; the exporter handles the "
                                     "transducer model")
-    metadata = checkpoint_metadata(recognizer)
+    metadata = checkpoint_metadata(recognizer, offline)
     metadata["source"] = {"checkpoint": str(checkpoint), "architecture": recognizer.model.cfg._name}
-    return export_model(recognizer.model, metadata, out, chunk_frames, int8, overwrite)
+    return export_model(recognizer.model, metadata, out, chunk_frames, int8, overwrite, offline, piece_frames)

@@ -1,14 +1,16 @@
 """The exported directory: which files it holds, the metadata every file carries, and the check at load time.
 
-    DIR/encoder.onnx     the encoder's chunk step (states in and out)        } fp32
+    DIR/encoder.onnx     the encoder's chunk step (states in and out), or    } fp32
+                         its whole-utterance graph (``--offline``)          }
     DIR/predictor.onnx   the predictor's step (LSTM state in and out)        }
     DIR/joiner.onnx      the joiner                                          }
     DIR/*.int8.onnx      the same, dynamically quantized (``--int8`` only)
     DIR/manifest.json    the metadata below, and each file's size and SHA-256
 
 The metadata (``manifest.json``'s ``metadata``, and the same JSON in every ONNX file's ``metadata_props`` under
-``METADATA_KEY``) is all a runtime needs besides the graphs: the chunk length and sub-sampling stride, the state
-shapes, the feature settings and global-CMVN statistics, the vocabulary (the dictionary's units in id order), the
+``METADATA_KEY``) is all a runtime needs besides the graphs: which encoder (``"streaming"``: the chunk length and
+sub-sampling stride, the state shapes; ``"offline"``: the piece length), the feature settings and their CMVN (global
+statistics, or utterance CMVN's settings), the vocabulary (the dictionary's units in id order), the
 blank and the units the search never emits, and an ``export_id`` shared by the files of one export, so that a file
 from another export is refused even where its checksum was edited. Imports nothing outside the standard library.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from .errors import ExportDirectoryError
 
 FORMAT = "ssm_fairseq-onnx-transducer"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the encoder kind (streaming or offline) and utterance CMVN in the metadata
 MANIFEST = "manifest.json"
 METADATA_KEY = "ssm_fairseq"
 GRAPHS = ("encoder", "predictor", "joiner")

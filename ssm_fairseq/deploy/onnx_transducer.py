@@ -5,6 +5,7 @@ joiner a step at a time, with numpy arrays in and out. Imports numpy and onnxrun
     encoder = model.encoder_stream()               # one per utterance
     frames = encoder.accept(features)              # n x 80 normalised features -> the encoder frames they complete
     frames = encoder.finish()                      # the stream's last, partial chunk
+    frames = model.encode_utterance(features)      # an offline export (--offline): the whole utterance at once
 """
 from __future__ import annotations
 
@@ -40,9 +41,10 @@ class OnnxTransducer:
             check_file_metadata(path, session.get_modelmeta().custom_metadata_map, self.metadata)
             self.sessions[graph] = session
         meta = self.metadata
-        self.blank, self.chunk_frames = meta["blank"], meta["chunk_frames"]
-        self.state_names = meta["state_names"]
-        self.frame_seconds = meta["frame_seconds"]
+        self.offline = meta["encoder"] == "offline"
+        self.blank, self.frame_seconds = meta["blank"], meta["frame_seconds"]
+        self.chunk_frames = meta.get("chunk_frames")
+        self.state_names = meta.get("state_names", [])
 
     def initial_states(self) -> list[np.ndarray]:
         """The encoder's zero states, one ``1 x H x N`` array per SSM stage."""
@@ -62,7 +64,18 @@ class OnnxTransducer:
         m = int(frames[0])
         return encoder_out[0, :m], encoder_proj[0, :m], next_states
 
+    def encode_utterance(self, features: np.ndarray) -> np.ndarray:
+        """An offline export's whole-utterance encoder: ``T x F`` normalised features -> the ``T' x J`` projected
+        encoder frames."""
+        if not self.offline:
+            raise ValueError(f"{self.directory} holds a streaming encoder: encode it chunk by chunk (encoder_stream)")
+        feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)[None]}
+        return self.sessions["encoder"].run(["encoder_proj"], feeds)[0][0]
+
     def encoder_stream(self) -> EncoderStream:
+        if self.offline:
+            raise ValueError(f"{self.directory} holds an offline (whole-utterance) encoder, which cannot run chunk by "
+                             "chunk: transcribe whole files (export a causal model for streaming)")
         return EncoderStream(self)
 
     def predictor_step(self, tokens: np.ndarray, h: np.ndarray, c: np.ndarray

@@ -9,8 +9,8 @@
     text, words = stream.finish()
 
 What ``asr.Recognizer`` does with the checkpoint, done with the exported graphs and numpy: the filterbanks
-(``deploy.filterbank``), the global-CMVN statistics of the export, the encoder chunk by chunk (``onnx_transducer``;
-a whole file is one stream), the searches (``deploy.search``), the units joined into words as
+(``deploy.filterbank``), the global-CMVN statistics of the export (or utterance CMVN), the encoder chunk by chunk
+(``onnx_transducer``; a whole file is one stream) or, for an offline export, on the whole file at once, the searches (``deploy.search``), the units joined into words as
 ``fairseq-generate --post-process sentencepiece`` joins them, and word times from the emission frames
 (``asr.search.word_timestamps``). A file is a stream fed all at once, so offline and streamed transcripts are the
 same. Audio files must be 16 kHz (channels are averaged): resampling is torchaudio's, which this runtime does not
@@ -50,15 +50,19 @@ class OnnxRecognizer:
         self.frame_seconds = meta["frame_seconds"]
         cmvn = meta["global_cmvn"]
         self.cmvn = None if cmvn is None else (np.array(cmvn["mean"]), np.array(cmvn["std"]))
+        self.utterance_cmvn = meta["utterance_cmvn"]
         self.search_args = dict(beam=beam, search=search, max_symbols_per_frame=max_symbols_per_frame,
                                 suppress=meta["suppress"], blank_penalty=blank_penalty)
         build_search(self.model, **self.search_args)  # the arguments checked now, not at the first file
         self.length_norm = lenpen
 
     def normalised(self, fbank: np.ndarray) -> np.ndarray:
-        """``T x 80`` filterbanks -> the features the model saw in training (global CMVN, in float64 as fairseq's
-        ``GlobalCMVN``, then float32); ``ValueError`` unless all are finite."""
+        """``T x 80`` filterbanks (the whole utterance's for utterance CMVN) -> the features the model saw in training
+        (global CMVN, in float64 as fairseq's ``GlobalCMVN``, then float32; or fairseq's ``UtteranceCMVN``);
+        ``ValueError`` unless all are finite."""
         features = fbank if self.cmvn is None or not len(fbank) else (fbank - self.cmvn[0]) / self.cmvn[1]
+        if self.utterance_cmvn is not None and len(fbank):
+            features = utterance_cmvn(fbank, **self.utterance_cmvn)
         if not np.isfinite(features).all():
             raise ValueError("features are not finite (NaN or inf in the audio)")
         return features.astype(np.float32)
@@ -77,7 +81,26 @@ class OnnxRecognizer:
                                duration)
 
     def stream(self, timestamps: bool = False) -> OnnxStream:
+        """A stream of one utterance after another; ``ValueError`` for an offline export."""
+        if self.model.offline:
+            raise ValueError(f"{self.model.directory} holds an offline (whole-utterance) encoder, which cannot "
+                             "stream: transcribe whole files, or export a causal model for streaming")
         return OnnxStream(self, timestamps)
+
+    def final_transcript(self, search, samples: int, timestamps: bool) -> TimedTranscript:
+        """The best hypothesis of a finished ``search`` over ``samples`` samples as a transcript (its words timed
+        with ``timestamps``); ``ValueError`` for a score that is not finite."""
+        best = search.finish(1, self.length_norm)[0]
+        if not np.isfinite(best.score):
+            raise ValueError("the hypothesis score is not finite (NaN or inf)")
+        words = self.timed_words(best, samples / SAMPLE_RATE) if timestamps else []
+        return TimedTranscript(self.text(best.tokens), words)
+
+    def _whole_utterance(self, samples: np.ndarray, timestamps: bool) -> TimedTranscript:
+        """One file's samples through an offline export: features, CMVN, the encoder on all of them, the search."""
+        search = build_search(self.model, **self.search_args)
+        search.advance(self.model.encode_utterance(self.normalised(log_mel_filterbank(samples))))
+        return self.final_transcript(search, len(samples), timestamps)
 
     def transcribe(self, paths: Sequence[Path | str], timestamps: bool = False) -> list[str] | list[TimedTranscript]:
         """The transcript of each audio file, in order (``TimedTranscript`` with ``timestamps``). Every file is read
@@ -94,10 +117,13 @@ class OnnxRecognizer:
             raise InputError(problems)
         results = []
         for path, samples in zip(paths, audio):
-            stream = self.stream(timestamps)
             try:
-                stream.accept_features(log_mel_filterbank(samples), len(samples))
-                result = stream.finish()
+                if self.model.offline:
+                    result = self._whole_utterance(samples, timestamps)
+                else:
+                    stream = self.stream(timestamps)
+                    stream.accept_features(log_mel_filterbank(samples), len(samples))
+                    result = stream.finish()
             except ValueError as error:
                 raise InputError([f"{path}: {error}"]) from error
             results.append(result if timestamps else result.text)
@@ -136,12 +162,7 @@ class OnnxStream:
             proj = self.encoder.finish()
             if proj.shape[0]:
                 self.search.advance(proj)
-            best = self.search.finish(1, self.recognizer.length_norm)[0]
-            if not np.isfinite(best.score):
-                raise ValueError("the hypothesis score is not finite (NaN or inf)")
-            duration = self.samples / SAMPLE_RATE
-            words = self.recognizer.timed_words(best, duration) if self.timestamps else []
-            return TimedTranscript(self.recognizer.text(best.tokens), words)
+            return self.recognizer.final_transcript(self.search, self.samples, self.timestamps)
         finally:
             self._new_utterance()
 
@@ -159,6 +180,17 @@ class OnnxStream:
                 on_partial(self.samples / SAMPLE_RATE, partial)
             shown = partial
         return self.finish()
+
+
+def utterance_cmvn(fbank: np.ndarray, norm_means: bool = True, norm_vars: bool = True) -> np.ndarray:
+    """fairseq's ``UtteranceCMVN`` on ``T x F`` features: each bin's mean removed and its standard deviation (floored
+    at ``1e-5``) divided out, both over the utterance."""
+    mean = fbank.mean(axis=0)
+    square_sums = (fbank ** 2).sum(axis=0)
+    x = np.subtract(fbank, mean) if norm_means else fbank
+    if norm_vars:
+        x = np.divide(x, np.sqrt(np.maximum(square_sums / fbank.shape[0] - mean ** 2, 1e-10)))
+    return x
 
 
 def read_16k_mono(path: Path | str) -> np.ndarray:
