@@ -13,7 +13,7 @@ import torch
 
 from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
-from ssm_fairseq.asr.encoder.step_cache import CacheMismatchError, split_cache, stack_caches
+from ssm_fairseq.asr.encoder.step_cache import CacheMismatchError, split_cache, stack_caches, stack_key
 from ssm_fairseq.asr.samples import SampleRangeError
 from ssm_fairseq.asr.stream import ConcurrentCallError, StreamInProgressError
 from ssm_fairseq.layers.encoder_layer import LayerConfig
@@ -24,18 +24,26 @@ CAUSAL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_sta
 FEATURES = 10
 
 
-def _encoder(subsampler: str) -> SpeechEncoder:
+def _encoder(subsampler: str, lookahead: int = 0) -> SpeechEncoder:
+    """A random causal encoder of 3 layers in float64; with ``lookahead`` frames, random look-ahead taps."""
     torch.manual_seed(0)
-    return SpeechEncoder("mssm", 3, CAUSAL, input_dim=FEATURES, subsampler=subsampler).double().eval()
+    encoder = SpeechEncoder("mssm", 3, CAUSAL, input_dim=FEATURES, subsampler=subsampler,
+                            lookahead_frames=lookahead).double().eval()
+    if lookahead:
+        with torch.no_grad():
+            encoder.lookahead.weight.normal_()
+    return encoder
 
 
-@pytest.mark.parametrize("subsampler", ["tr", "ms"])
-def test_stacked_caches_step_each_stream_as_it_steps_alone(subsampler):
-    """Three streams of 72, 40 and 24 frames, starting at chunks 0, 1 and 3 (of 8 frames): each step stacks the
-    started streams' caches and steps them as one batch (the streams starting, as another), then splits them; every
-    stream's output is the full forward pass over it."""
-    encoder = _encoder(subsampler)
-    starts, lengths, chunk = [0, 1, 3], [72, 40, 24], 8
+@pytest.mark.parametrize("subsampler, lookahead", [("tr", 0), ("ms", 0), ("ms", 1), ("ms", 2), ("ms", 4)])
+def test_stacked_caches_step_each_stream_as_it_steps_alone(subsampler, lookahead):
+    """Three streams of 72, 48 and 40 frames, starting at chunks 0, 1 and 3 (of 8 frames): each step groups the
+    streams whose caches stack (``stack_key``: started or not and, with look-ahead, as many frames held and some
+    frame given yet or not, which makes the layers' caches), stacks
+    each group's caches and steps them as one batch, then splits them; each stream ends alone (``final``, which
+    gives the frames a look-ahead holds). Every stream's output is the full forward pass over it."""
+    encoder = _encoder(subsampler, lookahead)
+    starts, lengths, chunk = [0, 1, 3], [72, 48, 40], 8
     features = [torch.randn(1, n, FEATURES, dtype=torch.float64) for n in lengths]
     caches: list[dict] = [{} for _ in lengths]
     outputs: list[list[torch.Tensor]] = [[] for _ in lengths]
@@ -43,9 +51,10 @@ def test_stacked_caches_step_each_stream_as_it_steps_alone(subsampler):
     with torch.no_grad():
         for step in range(max(s + n // chunk for s, n in zip(starts, lengths))):
             live = [i for i in range(3) if 0 <= step - starts[i] < lengths[i] // chunk]
-            for group in ([i for i in live if not caches[i]], [i for i in live if caches[i]]):
-                if not group:
-                    continue
+            groups: dict = {}
+            for i in live:
+                groups.setdefault(stack_key(caches[i]), []).append(i)
+            for group in groups.values():
                 batch_sizes.append(len(group))
                 cache = stack_caches([caches[i] for i in group]) if caches[group[0]] else {}
                 x = torch.cat([features[i][:, (step - starts[i]) * chunk:][:, :chunk] for i in group])
@@ -54,6 +63,8 @@ def test_stacked_caches_step_each_stream_as_it_steps_alone(subsampler):
                     caches[i] = stream_cache
                     outputs[i].append(rows)
         for i, x in enumerate(features):
+            assert encoder.frames_held(caches[i]) == min(lookahead, lengths[i] // 4)
+            outputs[i].append(encoder.step(x[:, :0], caches[i], final=True))
             full = encoder(x, torch.tensor([x.shape[1]]))["encoder_out"]
             assert torch.allclose(torch.cat(outputs[i], dim=1), full, atol=1e-10, rtol=0)
     assert max(batch_sizes) == 3
@@ -69,6 +80,26 @@ def test_caches_at_different_points_of_their_chunking_are_refused_naming_the_ent
         stack_caches([whole, partial])
     with pytest.raises(ValueError, match="in a cache of 3 streams"):
         split_cache(stack_caches([whole, whole]), 3)
+    assert stack_key(whole) != stack_key(partial) and stack_key(whole) == stack_key(stack_caches([whole, whole]))
+
+
+def test_lookahead_caches_stack_once_their_buffers_hold_as_many_frames():
+    """With 2 frames of look-ahead, a stream 1 sub-sampled frame in holds 1 and one 2 frames in holds 2 (neither has
+    given a frame, so neither has layer states yet); a stream 3 frames in has given one. Only streams past their
+    first 2 frames stack, however far in they are."""
+    encoder = _encoder("tr", lookahead=2)
+    caches = {frames: {} for frames in (1, 2, 3, 5)}
+    with torch.no_grad():
+        for frames, cache in caches.items():
+            encoder.step(torch.randn(1, 4 * frames, FEATURES, dtype=torch.float64), cache)
+    assert [encoder.frames_held(c) for c in caches.values()] == [1, 2, 2, 2]
+    assert len({stack_key(caches[frames]) for frames in (1, 2, 3)}) == 3 and stack_key(caches[3]) == stack_key(
+        caches[5])
+    with pytest.raises(CacheMismatchError, match=r"cache\['lookahead'\]\['held'\]: tensors of shapes"):
+        stack_caches([caches[1], caches[2]])
+    with pytest.raises(CacheMismatchError, match=r"cache: entries"):
+        stack_caches([caches[2], caches[3]])
+    stack_caches([caches[3], caches[5]])
 
 
 # ---- the recognizer: streams of the tiny causal model trained on the mini corpus

@@ -9,7 +9,7 @@ from ssm_fairseq.asr.search.greedy_search import GreedySearch, greedy_search
 from ssm_fairseq.asr.search.hypothesis import SearchSettings
 from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
-from transducer_cases import SMALL, build
+from transducer_cases import SMALL, build, random_sample
 
 torch.set_num_threads(2)
 
@@ -17,9 +17,16 @@ CAUSAL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_sta
 FEATURES = 10
 
 
-def _encoder(subsampler: str, seed: int = 0) -> SpeechEncoder:
+def _encoder(subsampler: str, seed: int = 0, lookahead: int = 0, layers: int = 2) -> SpeechEncoder:
+    """A random causal encoder in float64; with ``lookahead`` frames, random look-ahead taps (their identity
+    initialisation would give no frame any weight from the future)."""
     torch.manual_seed(seed)
-    return SpeechEncoder("mssm", 2, CAUSAL, input_dim=FEATURES, subsampler=subsampler, tr_stride=4).double().eval()
+    encoder = SpeechEncoder("mssm", layers, CAUSAL, input_dim=FEATURES, subsampler=subsampler, tr_stride=4,
+                            lookahead_frames=lookahead).double().eval()
+    if lookahead:
+        with torch.no_grad():
+            encoder.lookahead.weight.normal_()
+    return encoder
 
 
 def _stream(encoder: SpeechEncoder, features: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -30,21 +37,36 @@ def _stream(encoder: SpeechEncoder, features: torch.Tensor, chunk: int) -> torch
     return torch.cat(outputs, dim=1)
 
 
-@pytest.mark.parametrize("subsampler", ["tr", "ms"])
+def _steps(encoder: SpeechEncoder, features: torch.Tensor, chunk: int) -> list[int]:
+    """How many encoder frames each step of ``_stream`` returns (the last one: ``final``)."""
+    cache, T = {}, features.shape[1]
+    return [encoder.step(features[:, start:start + chunk], cache, final=start + chunk >= T).shape[1]
+            for start in range(0, T, chunk)]
+
+
+@pytest.mark.parametrize("subsampler, lookahead, layers", [("tr", 0, 2), ("ms", 0, 2), ("tr", 2, 2), ("ms", 1, 3),
+                                                           ("ms", 2, 3), ("ms", 4, 3)])
 @pytest.mark.parametrize("chunk", [1, 7, 32])  # 10 ms, 70 ms and 320 ms of filterbank frames
-def test_chunk_by_chunk_equals_the_full_causal_forward_pass(subsampler, chunk):
-    encoder = _encoder(subsampler)
+def test_chunk_by_chunk_equals_the_full_causal_forward_pass(subsampler, lookahead, layers, chunk):
+    encoder = _encoder(subsampler, lookahead=lookahead, layers=layers)
     features = torch.randn(1, 61, FEATURES, dtype=torch.float64)  # 61: the last sub-sampling group is partial
     with torch.no_grad():
         full = encoder(features, torch.tensor([61]))["encoder_out"]
         streamed = _stream(encoder, features, chunk)
+        steps = _steps(encoder, features, chunk)
     assert streamed.shape == full.shape == (1, 16, 32)
     assert torch.allclose(streamed, full, atol=1e-8, rtol=0)
+    # every step gives the frames whose look-ahead is complete: frame t once the input reaches frame t + K
+    given = 0
+    for n, frames in enumerate(steps[:-1], start=1):
+        given += frames
+        assert given == max(0, min(n * chunk, 61) // 4 - lookahead)
+    assert given + steps[-1] == 16  # the end of the stream gives the frames held
 
 
-@pytest.mark.parametrize("subsampler", ["tr", "ms"])
-def test_each_stream_equals_its_row_of_a_padded_batch(subsampler):
-    encoder = _encoder(subsampler, seed=1)
+@pytest.mark.parametrize("subsampler, lookahead", [("tr", 0), ("ms", 0), ("ms", 2), ("tr", 4)])
+def test_each_stream_equals_its_row_of_a_padded_batch(subsampler, lookahead):
+    encoder = _encoder(subsampler, seed=1, lookahead=lookahead)
     lengths = [45, 29, 8]
     features = torch.zeros(3, 45, FEATURES, dtype=torch.float64)
     for b, T in enumerate(lengths):
@@ -57,6 +79,48 @@ def test_each_stream_equals_its_row_of_a_padded_batch(subsampler):
             valid = int(batch["encoder_lengths"][b])
             assert streamed.shape[1] == valid
             assert torch.allclose(streamed[0], batch["encoder_out"][b, :valid], atol=1e-8, rtol=0)
+
+
+@pytest.mark.parametrize("subsampler", ["tr", "ms"])
+@pytest.mark.parametrize("lookahead", [0, 1, 2, 4])
+def test_an_encoder_frame_sees_its_lookahead_and_no_further(subsampler, lookahead):
+    """Encoder frame ``t`` changes with the features of sub-sampled frame ``t + K`` (filterbank frames ``4(t + K)
+    .. 4(t + K) + 3``) and with none after them."""
+    encoder = _encoder(subsampler, seed=4, lookahead=lookahead, layers=3)
+    features = torch.randn(1, 64, FEATURES, dtype=torch.float64)
+    t = 6
+    last_seen = 4 * (t + lookahead) + 3  # the last filterbank frame encoder frame t depends on
+    after, at = features.clone(), features.clone()
+    after[:, last_seen + 1:] = torch.randn(1, 64 - last_seen - 1, FEATURES, dtype=torch.float64)
+    at[:, last_seen] += 1.0
+    with torch.no_grad():
+        out, out_after, out_at = (encoder(x, torch.tensor([64]))["encoder_out"] for x in (features, after, at))
+    assert torch.allclose(out[:, :t + 1], out_after[:, :t + 1], atol=1e-12, rtol=0)  # (FFT rounding: 1e-15)
+    assert torch.allclose(out[:, :t], out_at[:, :t], atol=1e-12, rtol=0)
+    assert not torch.allclose(out[:, t], out_at[:, t], atol=1e-6)
+
+
+def test_lookahead_is_the_identity_at_initialisation_and_refuses_no_future_frame():
+    from ssm_fairseq.asr.encoder.lookahead import LookAhead
+    layer = LookAhead(8, 3)
+    x = torch.randn(2, 5, 8)
+    assert torch.equal(layer(x), x) and layer.weight.shape == (8, 4)
+    for frames in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="at least 1 future frame"):
+            LookAhead(8, frames)
+    assert not any("lookahead" in name for name in _encoder("ms").state_dict())  # K = 0: no parameters
+
+
+def test_training_reaches_the_future_taps_from_their_identity_initialisation():
+    """``--lookahead-frames 2``: the transducer loss's gradient reaches every tap of the look-ahead layer, the
+    future ones too while they are still 0 (the layer starts as the identity)."""
+    model, criterion, _, task = build("mssm_transducer_streaming", *SMALL, "--lookahead-frames", "2")
+    weight = model.encoder.lookahead.weight
+    assert weight.shape == (32, 3) and torch.equal(weight[:, 1:], torch.zeros(32, 2))
+    model.train()
+    loss, _, _ = criterion(model, random_sample(task, [37, 50], [4, 6]))
+    loss.backward()
+    assert (weight.grad[:, 1:].abs() > 0).float().mean() > 0.9
 
 
 @pytest.mark.parametrize("layer_type", ["mssm", "stateformer", "transformer"])
@@ -84,12 +148,21 @@ def test_encoders_that_need_the_whole_utterance_say_why():
         EncoderLayer("conformer", CAUSAL)
     with pytest.raises(ValueError, match="--causal-encoder needs --subsampler tr or ms"):
         build("mssm_transducer_streaming", *SMALL, "--subsampler", "conv")
+    with pytest.raises(ValueError, match="--lookahead-frames 2 needs --causal-encoder"):
+        build("mssm_transducer", *SMALL, "--lookahead-frames", "2")
+    with pytest.raises(ValueError, match="--lookahead-frames must be 0 or more, got -1"):
+        build("mssm_transducer_streaming", *SMALL, "--lookahead-frames", "-1")
 
 
-def _causal_model():
+def _causal_model(subsampler: str = "tr", layers: int = 2, lookahead: int = 0):
+    """A random ``mssm_transducer_streaming`` in float64 (with ``lookahead``: random look-ahead taps)."""
     torch.manual_seed(3)
-    model = build("mssm_transducer_streaming", *SMALL, "--subsampler", "tr", vocab_size=11)[0]
-    return model.double().eval()
+    model = build("mssm_transducer_streaming", *SMALL, "--subsampler", subsampler, "--encoder-layers", str(layers),
+                  "--lookahead-frames", str(lookahead), vocab_size=11)[0].double().eval()
+    if lookahead:
+        with torch.no_grad():
+            model.encoder.lookahead.weight.normal_()
+    return model
 
 
 def _streamed_search(model, features, chunk, search):
@@ -101,9 +174,12 @@ def _streamed_search(model, features, chunk, search):
     return search
 
 
+@pytest.mark.parametrize("subsampler, layers, lookahead", [("tr", 2, 0), ("ms", 3, 1), ("ms", 3, 2), ("ms", 3, 4)])
 @pytest.mark.parametrize("chunk", [1, 13])
-def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk):
-    model = _causal_model()
+def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk, subsampler, layers, lookahead):
+    """No blank penalty: the random model emits labels at most frames and blanks at others (greedy), and the beam
+    merges and prunes hypotheses of several lengths; the same with look-ahead, against offline with the same K."""
+    model = _causal_model(subsampler, layers, lookahead)
     suppress = (1, 2, 3)  # <pad>, </s>, <unk>
     for T in (37, 50):
         features = torch.randn(1, T, 80, dtype=torch.float64)
@@ -125,6 +201,7 @@ def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk):
         assert [h.frames for h in beams] == [h.frames for h in offline_beam]
         assert [h.score for h in beams] == pytest.approx([h.score for h in offline_beam], abs=1e-6)
         assert partial.score == max(h.score for h in beams)
+        assert greedy.tokens and any(h.tokens for h in beams)  # labels were emitted, not only blanks
 
 
 def test_searches_number_each_utterances_frames_and_finish_once():

@@ -34,11 +34,19 @@ each path rounds differently, about as much as either differs from float32. The 
 hypotheses as the final one does (length-normalised, ``--lenpen``), so after the stream's last encoder frame the
 partial transcript is the final one.
 
+A model with look-ahead (``--lookahead-frames K``, ``encoder.lookahead``) gives each encoder frame to the search
+``K`` frames late: the encoder holds a stream's last ``K`` sub-sampled frames until their successors arrive, and
+``finish`` gives them (their future completed with zeros, as offline at an utterance's end). ``lookahead_seconds``
+is that latency (``K`` x 40 ms at the sub-sampling stride 4); the transcripts are still offline's, with the same
+``K``.
+
 With ``endpoints`` (``EndpointRules``), the stream is cut into segments: after each chunk the rules look at the
 segment's best hypothesis, and at an endpoint the segment ends (its final transcript, as ``finish`` gives it, with
 its start and end in seconds from the utterance's start) and the search starts afresh (the language model's
 context too: each search has its own), while the filterbank and the encoder carry on (the encoder starts afresh
-too with ``EndpointRules(reset_encoder=True)``). Segments without a word are
+too with ``EndpointRules(reset_encoder=True)``: with look-ahead, the new encoder starts at the segment's first
+frame, re-taking the feature frames whose encoder frames the old one still held; the last frames of the segment
+before looked ahead into them, as their audio was there). Segments without a word are
 not kept, nor those after an endpoint whose labels all came at their first frame (a causal model's sentence-initial
 prior, emitted before any speech: ``ssm_fairseq.asr.endpoints`` says more). Without endpoints the utterance is one
 segment, from 0 to its length, kept even without a word.
@@ -106,6 +114,7 @@ class Stream:
         """No utterance in progress: the next sample accepted starts one."""
         self.filterbank = StreamingFilterbank()
         self.waiting = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # transformed frames short of a whole group
+        self.fed = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # the encoder's last look-ahead's worth of input
         self.encoder_cache: dict = {}
         self.in_progress = False  # a chunk accepted since the utterance started
         self.source: Hashable | None = None  # what the utterance's chunks come from, as its first chunk said
@@ -161,11 +170,39 @@ class Stream:
     def encoder_input(self, final: bool) -> np.ndarray:
         """The waiting frames the encoder takes now, ``n x 80``, removed from the wait: as many whole sub-sampling
         groups as there are (all of them if ``final``, the stream ending), so that no frame waits in the encoder's
-        cache and streams at the same point of their chunking have caches of the same shapes (``stack_caches``)."""
-        take = len(self.waiting) if final else len(self.waiting) // self.recognizer.encoder_stride * \
-            self.recognizer.encoder_stride
+        sub-sampler and streams at the same point of their chunking have caches of the same shapes
+        (``stack_caches``). With look-ahead, the last ``K`` groups' worth are also kept (``fed``), for an encoder
+        reset at an endpoint (``_reset_encoder``)."""
+        stride = self.recognizer.encoder_stride
+        take = len(self.waiting) if final else len(self.waiting) // stride * stride
         frames, self.waiting = self.waiting[:take], self.waiting[take:]
+        keep = self.lookahead_frames * stride  # what a look-ahead can hold of them
+        if keep and len(frames):
+            self.fed = np.concatenate([self.fed, frames])[-keep:]
         return frames
+
+    @property
+    def lookahead_frames(self) -> int:
+        """``K``: the encoder frames of look-ahead of the model (``--lookahead-frames``, from its config as the
+        sub-sampling stride is; 0 for a checkpoint without the option)."""
+        return self.recognizer.model.cfg.lookahead_frames
+
+    @property
+    def lookahead_seconds(self) -> float:
+        """The latency the encoder's look-ahead adds: an encoder frame reaches the search ``lookahead_frames``
+        frames after its own audio (``K x frame_seconds``, 40 ms per frame at the sub-sampling stride 4), on top of
+        the chunk's own duration and the sub-sampling group's wait."""
+        return self.lookahead_frames * self.recognizer.frame_seconds
+
+    def _reset_encoder(self) -> None:
+        """Start the encoder afresh (``EndpointRules.reset_encoder``) at the first frame the search has not had: the
+        feature frames whose encoder frames the look-ahead still holds go back to the front of the wait, so the new
+        encoder takes them first (without look-ahead, none)."""
+        if self.lookahead_frames:
+            held = self.recognizer.model.encoder.frames_held(self.encoder_cache) * self.recognizer.encoder_stride
+            self.waiting = np.concatenate([self.fed[len(self.fed) - held:], self.waiting])
+        self.fed = self.fed[:0]
+        self.encoder_cache = {}
 
     def search_frames(self, encoded: torch.Tensor) -> None:
         """The next ``1 x m x D`` encoder frames of the utterance (``m`` may be 0) into the search; then, with
@@ -263,7 +300,7 @@ class Stream:
         if self.endpoints is None or (text and not self._prior_only(best)):
             self.segments.append(Segment(min(start, end), end, text, words))
         if not final and self.endpoints.reset_encoder:
-            self.encoder_cache = {}  # the next frames start the encoder afresh, as a new utterance
+            self._reset_encoder()  # the next frames start the encoder afresh, as a new utterance
         self._new_segment(self.segment_start + frames)
 
     def _prior_only(self, best: Hypothesis) -> bool:

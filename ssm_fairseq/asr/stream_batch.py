@@ -10,8 +10,9 @@
 
 Each stream's chunk goes through its own filterbank and the feature transforms, and its frames wait in the stream
 until they fill whole sub-sampling groups (``Stream.encoder_input``). The streams that have frames for the encoder
-are then grouped by how many frames they have and whether they have started (a stream's first encoder step builds
-its cache); each group's ``S`` caches are stacked along the batch dimension (``stack_caches``), the group's ``S x
+are then grouped by how many frames they have and the structure of their caches (``stack_key``: whether they have
+started, since a stream's first encoder step builds its cache, and, with look-ahead, how many frames its buffer
+holds, which grows to ``K`` over a stream's first frames); each group's ``S`` caches are stacked along the batch dimension (``stack_caches``), the group's ``S x
 n x 80`` frames go through the encoder's ``step`` at once, and the ``S``-stream cache is split back
 (``split_cache``). Streams fed chunks of one size (a server's usual 320 ms) are one group at every step, but for
 those that joined at this step. Each stream's ``1 x m x D`` rows of the output then go through its own search,
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Hashable, Mapping
 import numpy as np
 import torch
 
-from .encoder.step_cache import split_cache, stack_caches
+from .encoder.step_cache import split_cache, stack_caches, stack_key
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
@@ -75,21 +76,22 @@ def step_streams(recognizer: Recognizer, chunks: Mapping[Stream, np.ndarray | to
         return {stream: stream.partial_text() for stream in streams}
 
 
-def _group_key(stream: Stream, frames: np.ndarray) -> tuple[int, bool]:
-    return len(frames), bool(stream.encoder_cache)
+def _group_key(stream: Stream, frames: np.ndarray) -> tuple[int, Hashable]:
+    return len(frames), stack_key(stream.encoder_cache)
 
 
 @torch.no_grad()
 def encode_together(recognizer: Recognizer, streams: list[Stream]) -> None:
     """The frames each of ``streams`` has for the encoder (``Stream.encoder_input``, not final) through the encoder
     in as few batched steps as their frame counts and starts allow, each stream's output into its search."""
-    groups: dict[tuple[int, bool], list[tuple[Stream, np.ndarray]]] = {}
+    groups: dict[tuple[int, Hashable], list[tuple[Stream, np.ndarray]]] = {}
     for stream in streams:
         frames = stream.encoder_input(final=False)
         if len(frames):
             groups.setdefault(_group_key(stream, frames), []).append((stream, frames))
     encoder = recognizer.model.encoder
-    for (_, started), members in groups.items():
+    for members in groups.values():
+        started = bool(members[0][0].encoder_cache)
         cache = stack_caches([stream.encoder_cache for stream, _ in members]) if started else {}
         features = torch.from_numpy(np.stack([frames for _, frames in members]))
         encoded = encoder.step(features.to(recognizer.device, recognizer.dtype), cache, False)

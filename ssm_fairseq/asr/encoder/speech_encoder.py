@@ -1,4 +1,5 @@
-"""A speech encoder: sub-sampler, optional sinusoidal positions, a stack of encoder layers, final LayerNorm."""
+"""A speech encoder: sub-sampler, optional look-ahead, optional sinusoidal positions, a stack of encoder layers, final
+LayerNorm."""
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ from torch import Tensor, nn
 from ...ssm.batched_kernels import generated_together
 from ...layers.dropout import LeanDropout
 from ...layers.encoder_layer import EncoderLayer, LayerConfig, PreNormResidual
+from .lookahead import LookAhead
 from .subsampling import build_subsampler
 
 
@@ -33,9 +35,11 @@ class SpeechEncoder(nn.Module):
             convolution layers are position-aware by construction).
         intermediate_every: also return the (LayerNorm-ed) output of every k-th layer below the top, for
             auxiliary losses; 0 for none.
+        lookahead_frames: ``K``, sub-sampled frames of look-ahead (``lookahead.LookAhead`` after the sub-sampler:
+            output frame ``t`` sees input up to frame ``t + K``); 0 for none (no module, no parameters).
 
     An encoder of causal ``mssm`` layers (``cfg.causal``) on the ``tr`` or ``ms`` sub-sampler, without positions,
-    also runs chunk by chunk (``step``): streaming recognition.
+    also runs chunk by chunk (``step``): streaming recognition, each frame ``lookahead_frames`` frames late.
     """
 
     def __init__(
@@ -49,9 +53,13 @@ class SpeechEncoder(nn.Module):
         tr_stride: int = 4,
         positions: bool = False,
         intermediate_every: int = 0,
+        lookahead_frames: int = 0,
     ):
         super().__init__()
         self.subsampler = build_subsampler(subsampler, input_dim, cfg, conv_channels, tr_stride)
+        self.lookahead_frames = lookahead_frames
+        if lookahead_frames:
+            self.lookahead = LookAhead(cfg.dim, lookahead_frames)
         self.positions = positions
         self.dropout = LeanDropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(layer_type, cfg) for _ in range(layers))
@@ -65,6 +73,8 @@ class SpeechEncoder(nn.Module):
         (True at padded frames) and ``intermediate``: a list of ``B x T' x D`` outputs of layers k, 2k, ...
         """
         x, lengths, padding_mask = self.subsampler(features, lengths)
+        if self.lookahead_frames:
+            x = self.lookahead(x, padding_mask)
         if self.positions:
             x = x + sinusoidal_positions(x.shape[1], x.shape[2], x.device).to(x.dtype)
         x = self.dropout(x)
@@ -95,19 +105,31 @@ class SpeechEncoder(nn.Module):
 
     def step(self, features: Tensor, cache: dict, final: bool = False) -> Tensor:
         """The next feature frames of a stream, ``B x n x F`` (``n`` may be 0) -> the encoder frames they complete,
-        ``B x m x D``; ``final``: the stream ends with this chunk (a partial sub-sampling group is completed).
+        ``B x m x D``; ``final``: the stream ends with this chunk (a partial sub-sampling group is completed, and
+        the frames held for look-ahead are completed with zeros and returned).
 
         Over a whole stream, in any chunks, the outputs are ``forward``'s on the whole of it (eval mode). ``cache``
-        is a dict owned by the caller, ``{}`` at the start of a stream; it holds the sub-sampler's waiting frames
-        and every SSM's state, ``O(layers x B x D x N)`` however long the stream.
+        is a dict owned by the caller, ``{}`` at the start of a stream; it holds the sub-sampler's waiting frames,
+        the look-ahead's last ``lookahead_frames`` sub-sampled frames (their outputs wait for their successors:
+        ``frames_held``) and every SSM's state, ``O(layers x B x D x N)`` however long the stream.
         """
         if not cache:
             self.check_streamable()
         if cache.get("ended"):
             raise ValueError("the stream has ended (final=True): start a new one with a new cache")
         cache["ended"] = final
-        x = self.dropout(self.subsampler.step(features, cache.setdefault("subsampler", {}), final))
+        x = self.subsampler.step(features, cache.setdefault("subsampler", {}), final)
+        if self.lookahead_frames:
+            x = self.lookahead.step(x, cache.setdefault("lookahead", {}), final)
+        x = self.dropout(x)
         if x.shape[1]:
             for i, layer in enumerate(self.layers):
                 x = layer.step(x, cache.setdefault(i, {}))
         return self.final_norm(x)
+
+    def frames_held(self, cache: dict) -> int:
+        """Sub-sampled frames that a stream's ``step`` cache holds back for look-ahead: frames the encoder has taken
+        whose outputs it has not given yet (at most ``lookahead_frames``; 0 without look-ahead or for a new cache).
+        Fed whole sub-sampling groups, the encoder holds no other frame: these are its last ``frames_held x
+        stride`` input frames."""
+        return LookAhead.frames_held(cache.get("lookahead", {})) if self.lookahead_frames else 0

@@ -10,6 +10,11 @@ one ``S``-stream step, and its result splits back into ``S`` one-stream caches:
     out = encoder.step(torch.cat([chunk_a, chunk_b]), cache, final=False)  # 2 x m x D
     cache_a, cache_b = split_cache(cache, 2)              # 1 x ... each again
 
+Caches stack when they have the same keys and tensors of the same shapes past the batch: ``stack_key`` is that
+structure, so streams whose caches have equal keys can step together. Streams fed whole sub-sampling groups have
+it whenever they have started, except under look-ahead (``lookahead.LookAhead``): its buffer fills up to ``K``
+frames over a stream's first frames, and the layers' states appear with the first frame it gives.
+
 What is not a tensor is what every stream of one model shares: a recurrence (the discrete matrices, built from the
 parameters) is kept once, the first stream's; a flag (``"ended"``) must be the same in every cache. Every stream
 thus steps exactly as it would alone: each row of a batched matrix product, recurrence or LayerNorm is computed
@@ -20,7 +25,7 @@ Imports only torch.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -66,6 +71,24 @@ def _stack(values: list[Any], where: str) -> Any:
     if any(type(value) is not type(first) for value in values):
         raise CacheMismatchError(f"{where}: values of types {[type(value).__name__ for value in values]}")
     return first  # a recurrence: built from the parameters, the same for every stream of the model
+
+
+def stack_key(cache: dict) -> Hashable:
+    """What decides whether ``cache`` stacks with another (``stack_caches``): its keys, the shapes of its tensors
+    past the batch dimension and its flags, as a hashable value; equal for caches that stack."""
+    return _structure(cache)
+
+
+def _structure(value: Any) -> Hashable:
+    if isinstance(value, dict):
+        return tuple((key, _structure(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return tuple(_structure(item) for item in value)
+    if isinstance(value, Tensor):
+        return "tensor", tuple(value.shape[1:])
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return type(value).__name__  # a recurrence, shared by every stream of the model
 
 
 def split_cache(cache: dict, batch: int) -> list[dict]:

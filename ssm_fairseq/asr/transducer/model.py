@@ -58,6 +58,12 @@ class TransducerConfig(FairseqDataclass):
         default=False, metadata={"help": "no encoder output depends on a later frame (forward-only MSSM blocks, "
                                          "attention masked to the past); mssm layers on the tr or ms sub-sampler "
                                          "then also stream chunk by chunk"})
+    lookahead_frames: int = field(
+        default=0, metadata={"help": "K: sub-sampled frames of look-ahead for a causal encoder (a per-channel "
+                                     "convolution over frames t .. t+K after the sub-sampler, "
+                                     "asr/encoder/lookahead.py): encoder frame t sees the input up to frame t+K, "
+                                     "and a stream gives it K frames (K x 40 ms at stride 4) later; 0: none "
+                                     "(the model of earlier releases). Needs --causal-encoder"})
     input_feat_per_channel: int = field(default=80, metadata={"help": "filterbank bins"})
     dropout: float = field(default=0.1, metadata={"help": "encoder dropout"})
     aux_ctc_every: int = field(
@@ -102,6 +108,11 @@ class TransducerModel(BaseFairseqModel):
         fill_config_defaults(cfg, TransducerConfig)  # a checkpoint of an earlier release
         if cfg.causal_encoder and cfg.subsampler == "conv":
             raise ValueError("--causal-encoder needs --subsampler tr or ms: the conv sub-sampler looks ahead")
+        if cfg.lookahead_frames < 0:
+            raise ValueError(f"--lookahead-frames must be 0 or more, got {cfg.lookahead_frames}")
+        if cfg.lookahead_frames and not cfg.causal_encoder:
+            raise ValueError(f"--lookahead-frames {cfg.lookahead_frames} needs --causal-encoder: a bidirectional "
+                             "encoder already sees the whole utterance")
         if cfg.aux_ctc_every and cfg.aux_ctc_every >= cfg.encoder_layers:
             raise ValueError(f"--aux-ctc-every {cfg.aux_ctc_every} takes outputs below the top layer: it needs more "
                              f"than {cfg.aux_ctc_every} encoder layers, got --encoder-layers {cfg.encoder_layers}")
@@ -143,6 +154,7 @@ class TransducerModel(BaseFairseqModel):
             tr_stride=cfg.tr_stride,
             positions=cfg.encoder_positions,
             intermediate_every=cfg.aux_ctc_every,
+            lookahead_frames=cfg.lookahead_frames,
         )
         if cfg.compile_encoder:
             compile_layers(encoder.layers)
@@ -187,7 +199,8 @@ def mssm_transducer(args):
 def mssm_transducer_streaming(args):
     """Causal MSSM transducer for streaming recognition, at Table 2's size (79.2M): 21 forward-only MSSM layers
     (one direction's stacked MSSM with its own Linear: 11 D x D matrices per layer to the bidirectional layer's
-    14) on the ms sub-sampler, whose MSSM layers are forward-only too."""
+    14) on the ms sub-sampler, whose MSSM layers are forward-only too. No look-ahead unless ``--lookahead-frames K``
+    (each encoder frame then sees K sub-sampled frames ahead, and streams K x 40 ms later)."""
     set_defaults(args, causal_encoder=True, encoder_layers=21)
     mssm_transducer(args)
 
