@@ -19,6 +19,7 @@ from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.features.audio_features import AudioError
 from ssm_fairseq.asr.features.audio_spans import AudioSpans
 from ssm_fairseq.asr.long_form import WindowedEncoder, transcribe_long
+from ssm_fairseq.asr.pause_segments import frame_levels_db, speech_segments
 from ssm_fairseq.asr.windowing import Windowing
 from ssm_fairseq.asr.offline import transcribe_files
 
@@ -150,3 +151,33 @@ def test_a_causal_models_long_file_is_its_stream(tmp_path, recordings):
     assert windowed.text == streamed.text and windowed.text
     assert [w.word for w in windowed.words] == [w.word for w in streamed.words]
     assert [t for w in windowed.words for t in w[1:]] == pytest.approx([t for w in streamed.words for t in w[1:]])
+
+
+def test_a_recording_cut_at_pauses_is_its_pieces_transcribed_one_at_a_time(bidirectional, tmp_path):
+    """``Windowing(pause_seconds=...)``: the pieces between the pauses (``pause_segments``), written out as files
+    and transcribed one at a time, give the recording's transcript, joined, and its words, shifted by each piece's
+    start; silence between them is not transcribed."""
+    rng = np.random.default_rng(0)
+    utterances = [sf.read(f, dtype="float32")[0] for f in sorted(TEST_LARGE.glob("*.flac"))[:3]]
+    pause = lambda: rng.normal(0, 1 / 32768, 16000).astype(np.float32)  # noqa: E731  (1 s of faint noise)
+    recording = tmp_path / "joined.wav"
+    sf.write(recording, np.concatenate([pause(), *[x for u in utterances for x in (u, pause())]]), 16000,
+             subtype="PCM_16")
+    windowing = Windowing(pause_seconds=0.5)
+    (cut,) = transcribe_files(bidirectional, [recording], True, windowing)
+    samples = sf.read(recording, dtype="float32")[0]
+    levels = frame_levels_db(AudioSpans(recording).filterbank(0, AudioSpans(recording).frames))
+    segments = speech_segments(levels, 0.5, 3000)
+    assert len(segments) == 3
+    pieces = []
+    for n, (start, end) in enumerate(segments):  # filterbank frames start..end-1: samples 160 start to 160 end + 240
+        pieces.append(tmp_path / f"piece{n}.wav")
+        sf.write(pieces[-1], samples[160 * start:160 * end + 240], 16000, subtype="FLOAT")
+    alone = bidirectional.transcribe(pieces, timestamps=True)
+    assert cut.text == " ".join(piece.text for piece in alone if piece.text) and cut.text
+    shifted = [(w.word, w.start + start / 100, w.end + start / 100) for piece, (start, _) in zip(alone, segments)
+               for w in piece.words]
+    assert [w.word for w in cut.words] == [word for word, _, _ in shifted]
+    assert [t for w in cut.words for t in w[1:]] == pytest.approx([t for w in shifted for t in w[1:]], abs=0.011)
+    assert bidirectional.transcribe([recording]) != [cut.text]  # whole, the recording transcribes otherwise
+    assert transcribe_files(bidirectional, [recording], False, windowing) == [cut.text]

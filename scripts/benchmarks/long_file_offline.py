@@ -15,7 +15,8 @@ filterbank frame is digital silence), one recording per chapter. Three tables:
   the same for the frames within 1 s of a seam.
 * ``wer``: the WER of the whole recordings transcribed window by window (``long_form.transcribe_long``) against the
   same utterances transcribed one at a time (``Recognizer.transcribe``), by window length, context and CMVN scope,
-  with the relative change.
+  and cut at pauses of each of ``--wer-pauses`` seconds (``Windowing.pause_seconds``, ``pause_segments``: each
+  piece decoded as an utterance), with the relative change.
 * ``memory``: the process's peak resident memory (VmHWM) and the real-time factor of transcribing one recording
   repeated to each of ``--memory-minutes`` (a fresh interpreter each, default 1 and 60 minutes), with the default
   ``Windowing``.
@@ -42,6 +43,7 @@ from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.features.audio_features import SAMPLE_RATE
 from ssm_fairseq.asr.features.audio_spans import AudioSpans
 from ssm_fairseq.asr.long_form import WindowedEncoder, transcribe_long
+from ssm_fairseq.asr.offline import transcribe_files
 from ssm_fairseq.asr.windowing import FRAMES_PER_SECOND, Windowing
 
 NOISE_FLOOR = 1 / 32768  # one 16-bit step: faint, never digital silence
@@ -112,8 +114,8 @@ def seams_table(recognizer: Recognizer, made: list, seconds: float, windows: lis
 
 
 def wer_table(recognizer: Recognizer, made: list, windows: list[float], contexts: list[float],
-              cmvns: list[str]) -> None:
-    """WER of whole recordings, window by window, against their utterances one at a time."""
+              cmvns: list[str], pauses: list[float]) -> None:
+    """WER of whole recordings, window by window and cut at pauses, against their utterances one at a time."""
     references = [" ".join(texts) for _, _, texts in made]
     words = sum(len(reference.split()) for reference in references)
     begin = time.perf_counter()
@@ -124,15 +126,17 @@ def wer_table(recognizer: Recognizer, made: list, windows: list[float], contexts
     print(f"\nwer: {len(made)} recordings, {audio / 60:.1f} min, {words} words; {recognizer.options.describe_search()}")
     print(f"{'decoded as':>36} {'WER %':>6} {'relative':>8} {'RTF':>6}")
     print(f"{'utterances one at a time':>36} {baseline:>6.2f} {'':>8} {seconds / audio:>6.3f}")
-    for window, context, cmvn in itertools.product(windows, contexts, cmvns):
-        if window <= 2 * context:
-            continue
-        windowing = Windowing(window, context, cmvn)
+    ways = [(f"windows {window:g} s, context {context:g} s, {cmvn}", Windowing(window, context, cmvn))
+            for window, context, cmvn in itertools.product(windows, contexts, cmvns) if window > 2 * context]
+    ways += [(f"cut at pauses of {pause:g} s", Windowing(pause_seconds=pause)) for pause in pauses]
+    for name, windowing in ways:
         begin = time.perf_counter()
-        hypotheses = [transcribe_long(recognizer, recording, windowing) for recording, _, _ in made]
+        if windowing.pause_seconds:
+            hypotheses = transcribe_files(recognizer, [recording for recording, _, _ in made], False, windowing)
+        else:
+            hypotheses = [transcribe_long(recognizer, recording, windowing) for recording, _, _ in made]
         seconds = time.perf_counter() - begin
         wer = 100 * sum(map(word_errors, references, hypotheses)) / words
-        name = f"windows {window:g} s, context {context:g} s, {cmvn}"
         print(f"{name:>36} {wer:>6.2f} {f'{100 * (wer / baseline - 1):+.1f}%':>8} {seconds / audio:>6.3f}",
               flush=True)
 
@@ -199,6 +203,8 @@ def main() -> None:
     parser.add_argument("--wer-windows", type=float, nargs="+", default=[10.0, 30.0, 60.0])
     parser.add_argument("--wer-contexts", type=float, nargs="+", default=[1.0, 4.0])
     parser.add_argument("--wer-cmvn", nargs="+", choices=("window", "file"), default=["window", "file"])
+    parser.add_argument("--wer-pauses", type=float, nargs="*", default=[0.25, 0.5],
+                        help="the wer table's rows cut at pauses of these seconds")
     parser.add_argument("--memory-minutes", type=float, nargs="+", default=[1.0, 60.0])
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/long_file_offline"))
     parser.add_argument("--threads", type=int, default=2)
@@ -214,7 +220,7 @@ def main() -> None:
     if "seams" in args.tables:
         seams_table(recognizer, made, args.seam_seconds, args.seam_windows, args.seam_contexts, args.work_dir)
     if "wer" in args.tables:
-        wer_table(recognizer, made, args.wer_windows, args.wer_contexts, args.wer_cmvn)
+        wer_table(recognizer, made, args.wer_windows, args.wer_contexts, args.wer_cmvn, args.wer_pauses)
     if "memory" in args.tables:
         memory_table(args, made[0][0], args.work_dir)
 

@@ -1,6 +1,8 @@
 """Offline transcription of audio files with a ``Recognizer``: every file checked first, then decoded in padded
 batches as ``fairseq-generate`` batches and decodes a manifest; files longer than one window of ``Windowing``
-(30 s by default) one at a time, window by window, in bounded memory (``long_form``).
+(30 s by default) one at a time, window by window, in bounded memory (``long_form``). With ``Windowing``'s
+``pause_seconds``, every file is instead cut where it pauses (``pause_segments``) and its pieces decoded as
+utterances, in padded batches (``transcribe_at_pauses``).
 
 Files up to the window's length are sorted by length (longest first) and cut into batches of at most ``max_tokens``
 frames (and ``batch_size`` files); each batch is padded with zeros after each end, as fairseq's collater pads, and
@@ -20,11 +22,15 @@ import torch
 from fairseq.data import data_utils
 from torch.nn.utils.rnn import pad_sequence
 
-from .features.audio_features import AudioError, Conversions, audio_frames
+from .features.audio_features import (FRAME_SHIFT_SAMPLES, MIN_SAMPLES, SAMPLE_RATE, AudioError, Conversions,
+                                      audio_frames)
+from .features.audio_spans import AudioSpans
 from .long_form import transcribe_long, window_frames
+from .pause_segments import frame_levels_db, speech_segments
 from .search.transducer_generator import NonFiniteScoreError
-from .transcripts import InputError, TimedTranscript
-from .windowing import Windowing
+from .search.word_timestamps import TimedWord
+from .transcripts import InputError, Segment, TimedTranscript, joined
+from .windowing import FRAMES_PER_SECOND, Windowing
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ssm_fairseq.transcribe")
 
 TooLong = Callable[[Path | str, int], "str | None"]  # (path, feature frames) -> what to do, or None if it fits
+LEVEL_BLOCK_FRAMES = 6000  # filterbank frames read at a time (60 s) to find where a file pauses
 
 
 def file_frames(paths: Sequence[Path | str], too_long: TooLong | None = None) -> list[int]:
@@ -63,6 +70,12 @@ def transcribe_files(recognizer: Recognizer, paths: Sequence[Path | str], timest
         recognizer.check_timestamps()
     if not paths:
         return []
+    if windowing.pause_seconds:
+        file_frames(paths)  # every file checked before any is decoded
+        conversions = Conversions()
+        texts = [transcribe_at_pauses(recognizer, path, windowing, timestamps, conversions) for path in paths]
+        conversions.log(logger)
+        return texts
     window, _, _ = window_frames(recognizer, windowing)
     frames = np.array(file_frames(paths, lambda path, n: None if n > window else too_long(recognizer, path, n)),
                       dtype=np.int64)
@@ -99,6 +112,47 @@ def _transcribe_batched(recognizer: Recognizer, paths: Sequence[Path | str], ind
         done += len(batch)
         if n % every == 0 or n == len(batches):
             logger.info(f"{done}/{len(indices)} files transcribed ({n}/{len(batches)} batches)")
+
+
+def transcribe_at_pauses(recognizer: Recognizer, path: Path | str, windowing: Windowing, timestamps: bool,
+                         conversions: Conversions) -> str | TimedTranscript:
+    """One file cut where it pauses for at least ``windowing.pause_seconds`` (``pause_segments.speech_segments``;
+    pieces at most a window, and a batch, long), each piece decoded as an utterance (its own utterance CMVN) in
+    padded batches, longest first; the pieces' transcripts joined by spaces (``TimedTranscript`` with
+    ``timestamps``: words timed from the file's start). Memory: the file's frame levels and one batch's features,
+    whatever its length. Raises ``AudioError`` or ``InputError`` naming the file."""
+    spans = AudioSpans(path)
+    conversions.add(path, spans.conversion)
+    levels = np.concatenate([frame_levels_db(spans.filterbank(start, min(start + LEVEL_BLOCK_FRAMES, spans.frames)))
+                             for start in range(0, spans.frames, LEVEL_BLOCK_FRAMES)])
+    window, _, _ = window_frames(recognizer, windowing)
+    max_tokens = recognizer.options.batch_max_tokens
+    longest = window if max_tokens is None else min(window, max_tokens)
+    segments = speech_segments(levels, windowing.pause_seconds, longest)
+    lengths = np.array([end - start for start, end in segments], dtype=np.int64)
+    batches = data_utils.batch_by_size(np.argsort(-lengths, kind="stable"), num_tokens_fn=lengths.__getitem__,
+                                       max_tokens=max_tokens, max_sentences=recognizer.options.batch_size)
+    pieces: list = [None] * len(segments)
+    every = max(1, len(batches) // 10)
+    for n, batch in enumerate(batches, 1):
+        features = [recognizer.utterance_features(spans.filterbank(*segments[i]), path, " (seconds "
+                                                  f"{segments[i][0] / FRAMES_PER_SECOND:.2f} to "
+                                                  f"{segments[i][1] / FRAMES_PER_SECOND:.2f})") for i in batch]
+        try:
+            decoded = _decode(recognizer, batch, features,  # a piece's audio: to the end of its last frame's window
+                              [((lengths[i] - 1) * FRAME_SHIFT_SAMPLES + MIN_SAMPLES) / SAMPLE_RATE for i in batch]
+                              if timestamps else None)
+        except NonFiniteScoreError as error:
+            raise InputError([f"{path}: {error.reason}"]) from error
+        for i, piece in zip(batch, decoded):
+            pieces[i] = piece
+        if len(batches) > 1 and (n % every == 0 or n == len(batches)):
+            logger.info(f"{path}: {sum(map(len, batches[:n]))}/{len(segments)} pieces between pauses transcribed")
+    if not timestamps:
+        return " ".join(piece for piece in pieces if piece)
+    return joined([Segment(start / FRAMES_PER_SECOND, end / FRAMES_PER_SECOND, piece.text,
+                           [TimedWord(w.word, w.start + start / FRAMES_PER_SECOND, w.end + start / FRAMES_PER_SECOND)
+                            for w in piece.words]) for (start, end), piece in zip(segments, pieces)])
 
 
 def too_long(recognizer: Recognizer, path: Path | str, frames: int) -> str | None:

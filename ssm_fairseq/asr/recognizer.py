@@ -113,10 +113,16 @@ class Recognizer:
         fbank, conversion = filterbank_features(path)
         if conversions is not None:
             conversions.add(path, conversion)
+        return self.utterance_features(fbank, path)
+
+    def utterance_features(self, fbank: np.ndarray, path: Path | str, where: str = "") -> torch.Tensor:
+        """``T x 80`` filterbank frames of one utterance (a file, or a piece of one) -> its features as the model saw
+        them in training (``features.transformed``); ``AudioError`` naming ``path`` (and ``where`` in it) if they are
+        not finite."""
         try:
             return torch.from_numpy(transformed(self.feature_transforms, fbank)).float()
         except NonFiniteFeaturesError as error:
-            raise AudioError(path, str(error)) from error
+            raise AudioError(path, f"{error}{where}") from error
 
     def transform_chunk(self, features: np.ndarray) -> np.ndarray:
         """A stream's next ``T x 80`` filterbank frames (``T`` may be 0) -> the ``T x 80`` features the model saw in

@@ -1,5 +1,6 @@
-"""Where offline transcription cuts a long file: ``Windowing`` (window length, context, the scope of utterance CMVN:
-the ``window_*`` options of ``DecodingOptions`` and ``ssm-transcribe``) and the windows of a file (``plan_windows``).
+"""Where offline transcription cuts a file: ``Windowing`` (window length, context, the scope of utterance CMVN, and
+whether to cut at pauses: the ``window_*`` options of ``DecodingOptions`` and ``ssm-transcribe``) and the windows of
+a file (``plan_windows``).
 Imports no torch; ``long_form`` encodes and searches the windows."""
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class Windowing:
         window_cmvn: where utterance CMVN takes its mean and variance on a long file: ``"window"`` (each window's
             own) or ``"file"`` (the whole file's, from a first pass). Per-frame transforms (global CMVN) are exact
             either way.
+        pause_seconds: if positive, every file is cut where the audio pauses at least this long, and each piece
+            (at most a window long) is decoded as an utterance of its own (``pause_segments``); 0: files up to a
+            window long are decoded whole, longer ones in windows.
 
     Seconds are rounded to whole encoder frames. Raises ``ValueError`` naming the first argument out of range.
     """
@@ -28,14 +32,16 @@ class Windowing:
     window_seconds: float = 30.0
     window_context_seconds: float = 4.0
     window_cmvn: str = "window"
+    pause_seconds: float = 0.0
 
     def __post_init__(self):
-        for name in ("window_seconds", "window_context_seconds"):
+        for name in ("window_seconds", "window_context_seconds", "pause_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-        if self.window_context_seconds < 0:
-            raise ValueError(f"window_context_seconds must be at least 0, got {self.window_context_seconds}")
+        for name in ("window_context_seconds", "pause_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
         if self.window_seconds <= 2 * self.window_context_seconds:
             raise ValueError(f"window_seconds ({self.window_seconds}) must be more than twice "
                              f"window_context_seconds ({self.window_context_seconds}): each window keeps its centre "
