@@ -233,3 +233,12 @@ def test_the_offline_export_refuses_what_it_has_no_graph_for(tmp_path):
     with pytest.raises(UnsupportedModelError, match="ms sub-sampler"):
         export_model(model, metadata_of(model, None), tmp_path / "out", offline=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_takes_a_chunk_length_or_a_piece_length_not_both(tmp_path, capsys):
+    from ssm_fairseq.cli.export_onnx import main as export_main
+
+    for flags in (["--offline", "--chunk-frames", "32"], ["--piece-frames", "8"]):
+        assert export_main(["--checkpoint", str(tmp_path / "none.pt"), "--out", str(tmp_path / "out"), *flags]) == 1
+        assert "not both" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -6,8 +6,9 @@
 --corpus-root recipes/librispeech/mini/LibriSpeech --subset test-large
 
 The checkpoint is exported (``ssm_fairseq.deploy.exporter``: fp32 and int8, ``--chunk-frames`` feature frames per
-encoder call) to a temporary directory, unless ``--onnx DIR`` gives an export. Each decoder runs in its own child
-process, so that its peak memory (resident set, imports and model included) is its own:
+encoder call) to a temporary directory, unless ``--onnx DIR`` gives an export (an ``--offline`` one for a
+bidirectional checkpoint: then there is no chunk step to time, and no ``pytorch streamed``). Each decoder runs in its
+own child process, so that its peak memory (resident set, imports and model included) is its own:
 
 * ``pytorch offline``: ``asr.Recognizer.transcribe`` (what ``ssm-transcribe --checkpoint`` runs: the whole file
   through the encoder's ``forward``, batched as fairseq-generate batches);
@@ -58,7 +59,7 @@ def run_pytorch(args: argparse.Namespace, paths: list[str], streamed: bool) -> d
     torch.set_num_threads(args.threads)
     recognizer = Recognizer(args.checkpoint, data_dir=args.data_dir, device="cpu", beam=args.beam)
     result = {}
-    if args.what == "all" and not streamed:
+    if args.what == "all" and not streamed and recognizer.streaming_problem() is None:  # a causal model's step
         cache: dict = {}
         chunk = torch.randn(1, args.chunk_frames, 80, generator=torch.Generator().manual_seed(0))
 
@@ -81,7 +82,7 @@ def run_onnx(args: argparse.Namespace, paths: list[str], precision: str) -> dict
 
     recognizer = OnnxRecognizer(args.onnx, precision, beam=args.beam, threads=args.threads)
     result = {}
-    if args.what == "all":
+    if args.what == "all" and not recognizer.model.offline:  # an --offline export has no chunk step
         model = recognizer.model
         features = np.random.default_rng(0).standard_normal((model.chunk_frames, 80)).astype(np.float32)
         states = [model.initial_states()]

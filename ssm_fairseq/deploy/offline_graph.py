@@ -55,7 +55,7 @@ class WholeSequenceSSM(nn.Module):
 
     def _stage(self, u: Tensor, i: int) -> Tensor:
         """``L' x D`` inputs (``L'`` a multiple of the piece) -> ``L' C x D`` outputs (step-major, then output)."""
-        P, CP = self.piece, self.piece * self.outputs
+        P = self.piece
         decay = getattr(self, f"decay_{i}")
         D, N = decay.shape
         pieces = u.t().reshape(D, -1, P)  # D x nc x P
