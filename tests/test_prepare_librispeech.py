@@ -414,3 +414,20 @@ def test_preparing_the_same_subsets_again_is_no_conflict_with_their_manifests(tm
     assert prepare_librispeech.main(["--librispeech-root", str(corpus), "--out", str(out), "--subsets",
                                      "test-fixture", "--vocab-size", "24", "--jobs", "1"]) == 0
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--vocab-size", "2"], "--vocab-size 2: SentencePiece needs at least 5 units"),
+    (["--subsets", "train-x,test-x,train-x"], "--subsets names train-x more than once"),
+    (["--subsets", "train-x,test-x", "--train-subsets", "train-x,train-x"],
+     "--train-subsets names train-x more than once"),
+])
+def test_settings_sentencepiece_cannot_take_or_a_subset_named_twice_are_usage_errors(tmp_path, capsys, arguments,
+                                                                                   message):
+    """Refused before any audio is read (no such corpus here), not as a SentencePiece traceback or a subset
+    featurised twice."""
+    with pytest.raises(SystemExit) as exit_status:
+        prepare_librispeech.main(["--librispeech-root", str(tmp_path / "none"), "--out", str(tmp_path / "out"),
+                                  *arguments])
+    assert exit_status.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -359,6 +359,9 @@ def write_manifest(path: Path, utterances: list[Utterance], frames: dict[str, in
     replace_file(path, "".join(row + "\n" for row in rows).encode("utf-8"))
 
 
+MIN_VOCAB_SIZE = 5  # SentencePiece's <s>, <pad>, </s>, <unk> and one piece
+
+
 def train_sentencepiece(texts: list[str], prefix: Path, vocab_size: int) -> None:
     """Unigram SentencePiece on ``texts``: writes ``PREFIX.model`` and its fairseq dictionary ``PREFIX.txt``.
 
@@ -692,9 +695,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
+    if args.vocab_size < MIN_VOCAB_SIZE:
+        parser.error(f"--vocab-size {args.vocab_size}: SentencePiece needs at least {MIN_VOCAB_SIZE} units (its "
+                     f"{MIN_VOCAB_SIZE - 1} special symbols and one piece)")
     subsets = [s for s in args.subsets.split(",") if s]
     train_subsets = ([s for s in args.train_subsets.split(",") if s] if args.train_subsets
                      else [s for s in subsets if s.startswith("train")])
+    for flag, names in (("--subsets", subsets), ("--train-subsets", train_subsets)):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            parser.error(f"{flag} names {', '.join(twice)} more than once")
     try:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, PreparationOptions(
             vocab_size=args.vocab_size, jobs=args.jobs, skip_bad=args.skip_bad, combine_train=args.combine_train,
