@@ -21,9 +21,11 @@ MARKERS = {"▁red", "▁blue", "▁green", "▁white", "▁black", "▁gold"}
 
 def recipe_env(work: Path, **extra) -> dict:
     """conf/sample.sh as it is (models, task), with fewer training examples and updates, and 2 updates of denoising
-    pre-training (the sample has none by default) so that every stage runs."""
+    pre-training (the sample has none by default) so that every stage runs. 20 fine-tuning updates (10 epochs of
+    the 40 examples, each validated and saved) take both models' valid nll_loss from 8 to 2.5-2.8 bits (measured;
+    80 updates reached 2.3), well below test_fine_tuning_learns_the_targets's bound of 6.4."""
     return {**os.environ, **dict(WORK_DIR=str(work), PYTHON_BIN=str(BIN), ORDER_EXAMPLES="40", PRETRAIN_UPDATES="2",
-                                 FINETUNE_UPDATES="80", PRETRAIN_ARGS="--cpu --num-workers 0",
+                                 FINETUNE_UPDATES="20", PRETRAIN_ARGS="--cpu --num-workers 0",
                                  FINETUNE_ARGS="--cpu --num-workers 0", GENERATE_ARGS="--cpu"), **extra}
 
 
