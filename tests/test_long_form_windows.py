@@ -3,6 +3,8 @@ whole file's samples and filterbanks would have it, at any rate and channel coun
 (``plan_windows``, ``Windowing``)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -104,3 +106,21 @@ def test_window_frames_are_whole_encoder_frames_within_the_model():
         Windowing(window_seconds=70, window_context_seconds=4).frames(4, 6000)
     with pytest.raises(ValueError, match="leave no encoder frame between the contexts"):
         Windowing(window_seconds=0.1, window_context_seconds=0.049).frames(4, 6000)
+
+
+def test_a_float_file_at_16_bit_scale_is_named_with_its_peak(tmp_path):
+    """Float samples up to 32767 would give features 90 dB too loud: refused, whole file or span, naming the file
+    and when the peak comes; a float file slightly over full scale is audio and is read."""
+    loud = tmp_path / "int16_scale.wav"
+    samples = _speech(2.0)
+    sf.write(loud, samples * 32767 / np.abs(samples).max(), 16000, subtype="FLOAT")
+    peak_seconds = int(np.abs(samples).argmax()) / 16000
+    message = re.escape(f"{loud}: float samples reach 32767 (at {peak_seconds:.2f} s); audio is read in [-1, 1]: "
+                        "samples at 16-bit scale? divide them by 32768")
+    with pytest.raises(AudioError, match=message):
+        read_16k_mono(loud)
+    with pytest.raises(AudioError, match=message):
+        AudioSpans(loud).samples(0, 32000)
+    over = tmp_path / "over.wav"
+    sf.write(over, samples * 1.5 / np.abs(samples).max(), 16000, subtype="FLOAT")
+    assert np.abs(read_16k_mono(over)[0]).max() == pytest.approx(1.5)

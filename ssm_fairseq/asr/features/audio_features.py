@@ -49,6 +49,22 @@ def _read(path: Path | str, reader: Callable):
         raise AudioError(path, f"unreadable audio ({error})") from error
 
 
+MAX_FLOAT_PEAK = 2.0  # float samples beyond this (6 dB over full scale) are at another scale, not audio in [-1, 1]
+
+
+def check_float_scale(path: Path | str, waveform: np.ndarray, first_sample: int = 0, sample_rate: int = SAMPLE_RATE
+                      ) -> None:
+    """``AudioError`` naming the file if samples read as float reach beyond ``MAX_FLOAT_PEAK``: a float file written
+    at 16-bit scale (samples up to 32767) would give features 90 dB too loud. ``first_sample``: where ``waveform``
+    starts in the file (at ``sample_rate``), to say when the peak comes."""
+    magnitudes = np.abs(waveform)
+    if not magnitudes.size or not np.isfinite(magnitudes).all() or magnitudes.max() <= MAX_FLOAT_PEAK:
+        return  # NaN and inf are named by the features' check
+    peak = int(np.argmax(magnitudes)) // (waveform.shape[1] if waveform.ndim == 2 else 1)
+    raise AudioError(path, f"float samples reach {magnitudes.max():g} (at {(first_sample + peak) / sample_rate:.2f} "
+                           "s); audio is read in [-1, 1]: samples at 16-bit scale? divide them by 32768")
+
+
 def _frames_or_error(path: Path | str, num_samples: int, sample_rate: int) -> int:
     frames = feature_frames(num_samples, sample_rate)
     if frames == 0:
@@ -101,6 +117,7 @@ def read_16k_mono(path: Path | str) -> tuple[np.ndarray, str | None]:
     """
     waveform, sample_rate = _read(path, lambda name: sf.read(name, dtype="float32", always_2d=True))
     _frames_or_error(path, waveform.shape[0], sample_rate)
+    check_float_scale(path, waveform, 0, sample_rate)
     return to_16k_mono(waveform, sample_rate)
 
 

@@ -21,8 +21,8 @@ import numpy as np
 import soundfile as sf
 
 from .audio_features import (
-    FRAME_SHIFT_SAMPLES, MIN_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames, log_mel_filterbank,
-    to_16k_mono,
+    FRAME_SHIFT_SAMPLES, MIN_SAMPLES, NUM_MEL_BINS, SAMPLE_RATE, AudioError, audio_frames, check_float_scale,
+    log_mel_filterbank, to_16k_mono,
 )
 
 # torchaudio's resampler reaches lowpass_filter_width / (rolloff * min(old, new)) blocks of ``old`` input samples to
@@ -68,6 +68,7 @@ class AudioSpans:
         if waveform.shape[0] != read_to - read_from:
             raise AudioError(self.path, f"read {waveform.shape[0]} samples from sample {read_from}, expected "
                                         f"{read_to - read_from} (the header says {self.file_samples})")
+        check_float_scale(self.path, waveform, read_from, self.sample_rate)
         mono, _ = to_16k_mono(waveform, self.sample_rate)
         offset = first_block * self._new  # the 16 kHz sample the span read starts at
         return np.ascontiguousarray(mono[start - offset:end - offset], dtype=np.float32)
