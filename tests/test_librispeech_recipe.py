@@ -279,8 +279,9 @@ def _train_and_decode_the_training_split(data: Path, save_dir: Path, updates: in
 
 
 def test_the_transducer_learns_its_training_utterances(recipe, tmp_path):
-    """The recipe's 2 epochs on 3 utterances of tones teach nothing a WER could show; 300 updates (17 s) make the
-    tiny model transcribe its training utterances (measured WER 0), which 1 update cannot (measured 100)."""
+    """The recipe's 2 epochs on 3 utterances of tones teach nothing a WER could show; 150 updates make the tiny
+    model transcribe its training utterances (measured: WER 0 after 120, 150, 180 and 300 updates, 60 after 60),
+    which 1 update cannot (measured 100)."""
     work, _, _ = recipe
     assert _train_and_decode_the_training_split(work / "data", tmp_path / "one", 1) >= 80
-    assert _train_and_decode_the_training_split(work / "data", tmp_path / "trained", 300) <= 20
+    assert _train_and_decode_the_training_split(work / "data", tmp_path / "trained", 150) <= 20
