@@ -83,7 +83,8 @@ def test_finetuning_starts_from_the_pretrained_checkpoint_and_beats_the_majority
         assert f"Loaded checkpoint {work}/checkpoints/{arch}/checkpoint_best.pt" in log
         accuracy = re.search(rf"^\| {arch} \| ([0-9.]+) \|$", out, flags=re.M)
         # always answering the most frequent label scores 27.5% on the 80 valid passages; measured: 17.5 (mssm)
-        # and 27.5 (local) after 1 epoch, 98.8 and 98.8 after 5
+        # and 27.5 (local) after 1 epoch, 98.8 and 98.8 after 5; measured again (November 27, SEED=2): mssm 27.5,
+        # 60, 81.2, 81.2, 97.5 and local 27.5, 52.5, 45, 55, 81.2 by epoch, so local needs all 5 epochs
         assert accuracy and float(accuracy.group(1)) > majority + 30, (accuracy and accuracy.group(0), majority)
 
 
