@@ -195,7 +195,7 @@ def test_int8_keeps_the_chunk_matrices_in_float32(exported):
 
 def test_an_encoder_with_look_ahead_is_refused():
     model = tiny_model("tr")
-    model.encoder.lookahead_frames = 2  # what --encoder-lookahead sets (its module is not needed to be refused)
+    model.encoder.lookahead_frames = 2  # what --lookahead-frames sets (its module is not needed to be refused)
     with pytest.raises(NotStreamableError, match="look-ahead"):
         EncoderChunkStep(model.encoder, model.joiner.encoder_proj, CHUNK)
 

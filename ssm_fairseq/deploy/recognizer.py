@@ -12,9 +12,10 @@ What ``asr.Recognizer`` does with the checkpoint, done with the exported graphs 
 (``deploy.filterbank``), the global-CMVN statistics of the export (or utterance CMVN), the encoder chunk by chunk
 (``onnx_transducer``; a whole file is one stream) or, for an offline export, on the whole file at once, the searches
 (``deploy.search``), the units joined into words as ``fairseq-generate --post-process sentencepiece`` joins them, and
-word times from the emission frames (``asr.search.word_timestamps``). For a streaming export a file is a stream fed
-all at once, so offline and streamed transcripts are the same. Audio files must be 16 kHz (channels are averaged): resampling is torchaudio's, which this runtime does not
-have; other rates are refused, named. Imports numpy, onnxruntime and soundfile.
+word times from the alignment, emission and blank frames (``asr.search.word_timestamps``). For a streaming export a
+file is a stream fed all at once, so offline and streamed transcripts are the same. Audio files must be 16 kHz
+(channels are averaged): resampling is torchaudio's, which this runtime does not have; other rates are refused,
+named. Imports numpy, onnxruntime and soundfile.
 """
 from __future__ import annotations
 
