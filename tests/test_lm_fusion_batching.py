@@ -1,6 +1,7 @@
 """Language-model fusion batched across hypotheses and utterances: a batch decodes as each utterance alone, the LM
-runs in as few calls as its states allow (one per round for an LSTM, whatever the prefix lengths), a weight of 0
-never runs the LM, and a search fed its frames in chunks (streaming) returns what one call over them returns."""
+runs in as few calls as its states allow (one per round for an LSTM and spade_lm, whatever the prefix lengths), a
+weight of 0 never runs the LM, and a search fed its frames in chunks (streaming) returns what one call over them
+returns."""
 from __future__ import annotations
 
 import pytest
@@ -82,15 +83,16 @@ class CountingLanguageModel:
 
 
 @pytest.mark.parametrize("search", ["beam", "modified beam"])
-def test_a_fixed_size_lm_state_steps_once_per_round_whatever_the_prefix_lengths(search):
-    """lstm_lm: every expansion round is one LM call, with prefixes of several lengths in it; transformer_lm (whose
-    keys and values grow with the prefix): one call per length."""
+def test_lm_steps_once_per_round_whatever_the_prefix_lengths(search):
+    """lstm_lm (a fixed-size state) and spade_lm (its window caches concatenated with a per-row key mask): every
+    expansion round is one LM call, with prefixes of several lengths in it; transformer_lm (whose keys and values
+    grow with the prefix): one call per length."""
     torch.manual_seed(12)
     model = tiny_model(vocab=LM_VOCAB, blank=BLANK, sharpness=2.0)  # blanks too: prefixes of several lengths
     encoder_out = torch.randn(3, 8, ENCODER_DIM, dtype=torch.float64)
     lengths = torch.tensor([8, 6, 5])
     beam, limit = SEARCHES[search]
-    for arch in ("lstm_lm", "transformer_lm"):
+    for arch in ("lstm_lm", "spade_lm", "transformer_lm"):
         counting = CountingLanguageModel(language_model(arch))
         fusion = LanguageModelFusion(counting.lm, 0.5, BLANK, EOS)
         rounds = []
@@ -99,7 +101,7 @@ def test_a_fixed_size_lm_state_steps_once_per_round_whatever_the_prefix_lengths(
         beam_search(model, encoder_out, lengths, beam, limit, suppress=SUPPRESS, fusion=fusion)
         assert len(rounds) >= 4
         steps = counting.steps[1:]  # the first fed </s> to every utterance
-        if arch == "lstm_lm":
+        if arch != "transformer_lm":
             assert len(steps) == len(rounds)
             assert max(len(step) for step in steps) >= 2  # rows of different lengths stepped together
         else:

@@ -62,18 +62,17 @@ def test_matches_dense_reference_without_padding(mode, causal, L, window):
     torch.testing.assert_close(att(x), dense_reference(att, x, None), atol=1e-8, rtol=0)
 
 
-def run_pieces(att: LocalAttention, x: Tensor, pieces: list[int], cache: dict | None = None) -> Tensor:
-    """Feed ``x`` through ``cache`` in consecutive pieces; check the cache size after each one."""
+def run_pieces(att: LocalAttention, x: Tensor, pieces: list[int], cache: dict | None = None, offset: int = 0) -> Tensor:
+    """Feed ``x`` through ``cache`` (which has seen ``offset`` tokens) in consecutive pieces; check the cache size
+    after each one."""
     cache = {} if cache is None else cache
-    outs, start, offset = [], 0, cache.get("pos", 0)
+    outs, start = [], 0
     for n in pieces:
         outs.append(att(x[:, start : start + n], cache=cache))
         start += n
-        assert cache["pos"] == offset + start
         k, v = att.keys_and_values(cache)
         assert k.shape[2] <= att.window and v.shape == k.shape
-        if att.mode == "chunk":
-            assert k.shape[2] == cache["pos"] % att.window
+        assert k.shape[2] == ((offset + start) % att.window if att.mode == "chunk" else min(offset + start, att.window))
     return torch.cat(outs, 1)
 
 
@@ -94,7 +93,7 @@ def test_reorder_cache(mode, new_order):
     cache: dict = {}
     run_pieces(att, x[:, :6], [1, 2, 3], cache)
     LocalAttention.reorder_cache(cache, order)
-    rest = run_pieces(att, x[order, 6:], [1, 4], cache)
+    rest = run_pieces(att, x[order, 6:], [1, 4], cache, offset=6)
     torch.testing.assert_close(rest, att(x[order])[:, 6:], atol=1e-10, rtol=0)
 
 
@@ -179,3 +178,41 @@ def test_incremental_with_a_position_bias_equals_full_beyond_the_window(mode):
         rest = torch.cat([att(x[order, i : i + 1], cache=cache, position_bias=bias) for i in range(10, 15)], 1)
         torch.testing.assert_close(first, att(x, position_bias=bias)[:, :10], atol=1e-10, rtol=0)
         torch.testing.assert_close(rest, att(x[order], position_bias=bias)[:, 10:], atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["window", "chunk"])
+@pytest.mark.parametrize("biased", [False, True])
+@pytest.mark.parametrize("grad", [False, True])
+def test_rows_of_different_lengths_step_together_as_each_alone(mode, biased, grad):
+    """Caches of rows that have seen 2, 9, 5 and 5 tokens (window 4: some windows not full, chunks at different
+    phases), concatenated, stepped by 1, 2 and 6 new tokens a row (more than a window), reordered (a row dropped,
+    one repeated) and stepped again: each row's outputs equal its own full forward pass."""
+    torch.manual_seed(3)
+    att = make(mode, causal=True)
+    bias = RelativePositionBias(2, bidirectional=False).double() if biased else None
+    x = torch.randn(4, 24, 8, dtype=torch.float64)
+    seen = [2, 9, 5, 5]
+    with torch.set_grad_enabled(grad):
+        full = [att(x[b : b + 1], position_bias=bias) for b in range(4)]
+        caches = [{}, {}, {}]  # rows 2 and 3 share one cache, as rows of one batch
+        for cache, rows in zip(caches, ([0], [1], [2, 3])):
+            att(x[rows, : seen[rows[0]]], cache=cache, position_bias=bias)
+        cache = att.concatenate_caches(caches)
+        assert cache["missing"].tolist() == ([2, 0, 0, 0] if mode == "window" else [0, 1, 1, 1])
+        rows = [0, 1, 2, 3]  # the sequence of each row of the cache
+        for n in (1, 2, 6):
+            y = att(torch.cat([x[b : b + 1, seen[b] : seen[b] + n] for b in rows]), cache=cache, position_bias=bias)
+            for i, b in enumerate(rows):
+                torch.testing.assert_close(y[i : i + 1], full[b][:, seen[b] : seen[b] + n], atol=1e-10, rtol=0)
+            seen = [s + n if b in rows else s for b, s in enumerate(seen)]
+            if n == 2:
+                LocalAttention.reorder_cache(cache, torch.tensor([2, 0, 0]))
+                rows = [rows[2], rows[0], rows[0]]
+
+
+def test_concatenating_a_cache_that_has_seen_nothing_is_refused():
+    att = make("window", causal=True)
+    cache: dict = {}
+    att(torch.randn(1, 3, 8, dtype=torch.float64), cache=cache)
+    with pytest.raises(ValueError, match="seen no token"):
+        att.concatenate_caches([cache, {}])

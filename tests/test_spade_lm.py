@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq import optim
 
 from spade_cases import SMALL, build
@@ -24,6 +25,57 @@ def _incremental_log_probs(model, tokens: torch.Tensor, pieces: list[int] | None
 
 def _full_log_probs(model, tokens):
     return model.get_normalized_probs(model(tokens), log_probs=True)
+
+
+def _branch(state):
+    """A copy of an incremental state's dicts and lists sharing its tensors and objects, as a search branches one
+    (a reorder replaces the copy's tensors and leaves the original as it was)."""
+    if isinstance(state, dict):
+        return {key: _branch(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return [_branch(value) for value in state]
+    return state
+
+
+@pytest.mark.parametrize("arch, flags", [("spade_lm", SMALL), ("spade_lm", (*SMALL, "--local-attention", "chunk")),
+                                         ("local_lm", SMALL[:-2])])
+def test_rows_of_different_lengths_step_together_as_each_alone(arch, flags):
+    """Rows fed 3, 12, 6 and 6 tokens (window 8: windows full and not, chunks at different phases; local_lm: each
+    row's own positions) in three states, concatenated and stepped by 1 new token a row (each prefix left-padded to
+    the longest), the longest row dropped, then stepped by 3 more: each row's log-probabilities are its full
+    forward pass's. A prefix padded otherwise is refused."""
+    model = build(arch, *flags)[0].eval()
+    decoder, pad = model.decoder, model.decoder.padding_idx
+    torch.manual_seed(5)
+    tokens = torch.randint(4, 30, (4, 20))
+    seen = [3, 12, 6, 6]
+    with torch.no_grad():
+        full = _full_log_probs(model, tokens)
+        start: dict = {}
+        decoder(tokens[:, :1], incremental_state=start)  # every row's first token in one state, as a search starts
+        states = []
+        for rows in ([0], [1], [2, 3]):
+            state = _branch(start)
+            decoder.reorder_incremental_state_scripting(state, torch.tensor(rows))
+            decoder(tokens[rows, : seen[rows[0]]], incremental_state=state)
+            states.append(state)
+        state = decoder.concatenate_incremental_states(states)
+        rows = [0, 1, 2, 3]
+        for n in (1, 3):
+            width = max(seen[b] for b in rows) + n
+            prefixes = torch.stack([F.pad(tokens[b, : seen[b] + n], (width - seen[b] - n, 0), value=pad)
+                                    for b in rows])
+            if n == 1:
+                right = torch.stack([F.pad(tokens[b, : seen[b] + n], (0, width - seen[b] - n), value=pad) for b in rows])
+                with pytest.raises(ValueError, match="left-padded"):
+                    decoder(right, incremental_state=state)
+            got = model.get_normalized_probs(decoder(prefixes, incremental_state=state), log_probs=True)
+            for i, b in enumerate(rows):
+                assert torch.allclose(got[i], full[b, seen[b] : seen[b] + n], atol=1e-4)
+            seen = [s + n if b in rows else s for b, s in enumerate(seen)]
+            if n == 1:
+                decoder.reorder_incremental_state_scripting(state, torch.tensor([0, 2, 3]))
+                rows = [0, 2, 3]
 
 
 @pytest.mark.parametrize("ssm", ["s4", "s4d", "dss", "mssm"])

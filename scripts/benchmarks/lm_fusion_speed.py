@@ -127,7 +127,7 @@ def table(args: argparse.Namespace, mode: str) -> None:
     common = ["--checkpoint", str(args.checkpoint), "--data", str(args.data), "--subset", args.subset,
               "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--threads", str(args.threads),
               "--lm-path", str(args.lm_path), "--lm-weight", str(args.lm_weight), "--chunk-ms", str(args.chunk_ms),
-              "--stream-utterances", str(args.stream_utterances)]
+              "--stream-utterances", str(args.stream_utterances), "--device", args.device]
     if mode == "offline":
         print("| search (batched) | RTF plain | RTF fused | fused / plain | LM calls | peak MiB plain / fused "
               "| WER % plain / fused |")

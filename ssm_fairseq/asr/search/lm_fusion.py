@@ -11,6 +11,11 @@ fixed-size state: always; ``transformer_lm`` and ``spade_lm``, whose states grow
 prefix length), each with exactly its own labels, as the full forward pass over them would see them. Each row keeps
 its weighted log-probabilities over the whole vocabulary, so a later expansion's LM score is a lookup. At weight 0
 the LM is never run.
+
+LODR (``ilm``, ``ilm_weight``): each emitted label also scores ``- W_ilm * log p_bigram(label | previous label)``, a
+bigram of the training transcripts estimating the transducer's internal LM (``bigram_lm``); the first label's previous
+one is ``</s>``. It joins the same per-row table (the bigram row of the row's last label), so it costs a lookup too;
+the end of a hypothesis is not corrected (the transducer emits no ``</s>``).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .bigram_lm import BigramLM, check_ilm_weight
 from .lm_states import LanguageModelStates
 
 
@@ -95,6 +101,9 @@ class LanguageModelFusion:
         blank: the transducer's blank, which the LM never scores (its column of ``scores`` is 0).
         eos: the dictionary's ``</s>``: the LM's first input, and the unit whose probability ends a hypothesis.
         add_eos: whether ``eos_scores`` adds ``W * log p_lm(</s> | labels)`` (``--lm-eos``); 0 when False.
+        ilm, ilm_weight: LODR's internal-LM estimate (a ``BigramLM`` over the same units) and its weight ``W_ilm``
+            (finite, >= 0; above 0 only with a weight ``W`` above 0): every label's score is lowered by
+            ``W_ilm * log p_bigram(label | previous label)``.
 
     Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses). Each row's weighted
     log-probabilities over the whole vocabulary are kept from the LM step that made it, so scoring any expansion of
@@ -102,12 +111,23 @@ class LanguageModelFusion:
     (``LanguageModelStates``): one for an LM with a fixed-size state, one per prefix length for the others.
     """
 
-    def __init__(self, lm, weight: float, blank: int, eos: int, add_eos: bool = True):
+    def __init__(self, lm, weight: float, blank: int, eos: int, add_eos: bool = True, ilm: BigramLM | None = None,
+                 ilm_weight: float = 0.0):
         check_lm_weight(weight)
+        check_ilm_weight(ilm_weight)
+        if ilm_weight and (ilm is None or not weight):
+            raise ValueError(f"--ilm-weight {ilm_weight} needs a bigram (--ilm-path) and a fused LM with a weight "
+                             f"above 0 (--lm-path, --lm-weight): LODR corrects shallow fusion")
         self.lm, self.weight, self.blank, self.eos, self.add_eos = lm, weight, blank, eos, add_eos
         self.states = LanguageModelStates(lm, lm.decoder.dictionary.pad()) if weight else None
         self.device = next(lm.parameters()).device
         vocab = len(lm.decoder.dictionary)
+        # W_ilm * log p_bigram(next | previous), V x V (row: the previous label), or None without LODR
+        self._ilm = None
+        if ilm_weight:
+            check_same_units(ilm.dictionary(), lm.decoder.dictionary, "the --ilm-path bigram",
+                             "scripts/build_bigram.py --data DATA, with the transducer's data directory")
+            self._ilm = ilm_weight * ilm.log_prob_table(self.device)
         # the rows' weighted next-unit log-probabilities (blank column 0) and weighted log p_lm(</s> | labels), in
         # buffers with room for more rows
         self._scores = torch.zeros(0, vocab, device=self.device)
@@ -117,7 +137,7 @@ class LanguageModelFusion:
     def start(self, count: int) -> list[int]:
         """``count`` new rows of the empty hypothesis (the LM fed ``</s>``)."""
         log_probs = None if self.states is None else self.states.start((self.eos,), count)
-        return self._add(count, log_probs)
+        return self._add(count, log_probs, [self.eos] * count)
 
     def scores(self, rows: Sequence[int], device: torch.device | None = None) -> Tensor:
         """``N x V`` weighted next-unit log-probabilities of ``rows`` (the blank's column is 0), float32."""
@@ -127,7 +147,7 @@ class LanguageModelFusion:
     def advance(self, rows: Sequence[int], labels: Sequence[int]) -> list[int]:
         """New rows: ``rows[i]`` followed by ``labels[i]``, stepped in as few LM calls as their states allow."""
         log_probs = None if self.states is None else self.states.advance(rows, labels)
-        return self._add(len(rows), log_probs)
+        return self._add(len(rows), log_probs, labels)
 
     def eos_scores(self, rows: Sequence[int]) -> list[float]:
         """``W * log p_lm(</s> | labels)`` of each row, or zeros without ``add_eos``."""
@@ -148,8 +168,9 @@ class LanguageModelFusion:
             self.states.keep(kept)
         return {row: new for new, row in enumerate(kept)}
 
-    def _add(self, count: int, log_probs: Tensor | None) -> list[int]:
-        """Rows for ``count`` new LM states with ``count x V`` ``log_probs`` (None: the LM is not run)."""
+    def _add(self, count: int, log_probs: Tensor | None, last: Sequence[int]) -> list[int]:
+        """Rows for ``count`` new LM states with ``count x V`` ``log_probs`` (None: the LM is not run), after the
+        labels ``last`` (``</s>`` at the start)."""
         first = self._count
         if first + count > self._scores.shape[0]:  # room for twice as many rows
             room = max(2 * (first + count), 16) - first
@@ -159,6 +180,8 @@ class LanguageModelFusion:
             weighted = log_probs * self.weight
             self._check_finite(log_probs, weighted)
             self._eos[first:first + count] = weighted[:, self.eos]
+            if self._ilm is not None:
+                weighted -= self._ilm[torch.tensor(last, dtype=torch.long, device=self.device)]
             weighted[:, self.blank] = 0.0
             self._scores[first:first + count] = weighted
         self._count += count

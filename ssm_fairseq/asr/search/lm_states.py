@@ -7,14 +7,18 @@ were computed by one LM call. Advancing a set of rows gathers each row from its 
 ``reorder_incremental_state`` (as fairseq's beam search reorders; it selects into new tensors, so a bank is never
 written to), concatenates the gathered states that can share a step along their batch dimension, and runs one LM
 step for each such set: each row's step sees exactly the labels of its hypothesis, as the full forward pass would.
+Rows gathered from several banks are kept together as one bank (``_consolidate``), so that a beam's prefixes, which
+come from the banks of many earlier steps, are gathered from one bank at their next step.
 
-Which rows can share a step: those whose states have the same structure, the same values outside tensors (counters,
-such as the tokens ``spade_lm`` has seen) and tensors of the same shapes apart from the batch dimension (the
-``merge_key``). A fixed-size state (fairseq's ``lstm_lm``) always matches, so every row steps in one call; a state
-that grows with the prefix (``transformer_lm``'s keys and values; ``spade_lm``'s attention window until it holds
-``--attention-window`` tokens, and its count of tokens seen) matches only rows of the same length. The LM is fed
-each row's whole prefix (fairseq's convention), so rows of different lengths also need a decoder that reads the last
-token alone (``LAST_TOKEN_DECODERS``); rows of other decoders share a step only with rows of their own length.
+Which rows can share a step: every row, where the decoder concatenates states of any prefix lengths itself
+(``concatenate_incremental_states``: ``spade_lm``'s, whose attention windows mask each row's missing keys; its SSM
+state has a fixed size); otherwise those whose states have the same structure, the same values outside tensors
+(counters) and tensors of the same shapes apart from the batch dimension (the ``merge_key``). A fixed-size state
+(fairseq's ``lstm_lm``) always matches, so every row steps in one call; a state that grows with the prefix
+(``transformer_lm``'s keys and values) matches only rows of the same length. The LM is fed each row's whole prefix,
+left-padded (fairseq's convention), so rows of different lengths also need a decoder that reads the last token alone
+(``LAST_TOKEN_DECODERS``) or one that concatenates its states; rows of other decoders share a step only with rows of
+their own length.
 
 Each state tensor's batch dimension is learned once per place in the state's structure, from the LM's own reorder:
 it is the dimension that a reorder to one row more lengthens.
@@ -96,7 +100,9 @@ class LanguageModelStates:
         self.device = next(lm.parameters()).device
         # fairseq's reorder_incremental_state_scripting calls these, found again at every call
         self._reorderers = [module for module in lm.decoder.modules() if hasattr(module, "reorder_incremental_state")]
-        self._any_length = isinstance(lm.decoder, LAST_TOKEN_DECODERS)
+        # a decoder that concatenates the states of rows of any prefix lengths itself (spade_lm's)
+        self._concatenate_states = getattr(lm.decoder, "concatenate_incremental_states", None)
+        self._any_length = isinstance(lm.decoder, LAST_TOKEN_DECODERS) or self._concatenate_states is not None
         self._batch_dims: dict[Path, int | None] = {}
         self._banks: list[_Bank] = []  # of each row
         self._indices: list[int] = []  # each row's index in its bank
@@ -133,8 +139,9 @@ class LanguageModelStates:
             positions = [p for bank_positions in by_bank.values() for p in bank_positions]
             parts = [self._gather(self._banks[rows[ps[0]]], [self._indices[rows[p]] for p in ps])
                      for ps in by_bank.values()]
-            log_probs, bank = self._step([prefixes[p] for p in positions],
-                                         parts[0] if len(parts) == 1 else self._concatenate(parts))
+            state = parts[0] if len(parts) == 1 else self._consolidate([rows[p] for p in positions],
+                                                                       self._concatenate(parts))
+            log_probs, bank = self._step([prefixes[p] for p in positions], state)
             for index, position in enumerate(positions):
                 self._banks[first + position], self._indices[first + position] = bank, index
             if out is None:
@@ -142,21 +149,46 @@ class LanguageModelStates:
             out[torch.tensor(positions, device=out.device)] = log_probs
         return out if out is not None else torch.empty(0, 0)
 
+    def _consolidate(self, parents: list[int], state: dict) -> dict:
+        """Make ``state``, the rows ``parents`` gathered from several banks, their bank (a row listed twice keeps
+        its first copy), so that their next step gathers from one bank where it would gather from each of theirs
+        (a beam's prefixes come from the banks of many earlier steps) -> a copy of it to step, as a step writes into
+        the state it is given."""
+        bank = _Bank(state, len(parents), self._merge_key(state, len(parents)))
+        for index, row in enumerate(parents):
+            if self._banks[row] is not bank:
+                self._banks[row], self._indices[row] = bank, index
+        return self._gather(bank, list(range(len(parents))))
+
     def keep(self, rows: Sequence[int]) -> None:
-        """Keep only ``rows`` (distinct, ascending), renumbered ``0, 1, ...`` in that order; their banks shrink to the
-        rows kept (reordered in place) and banks without a row kept are dropped."""
-        by_bank: dict[int, tuple[_Bank, list[int]]] = {}
+        """Keep only ``rows`` (distinct, ascending), renumbered ``0, 1, ...`` in that order. The rows kept of banks
+        whose rows could share a step are gathered into one bank (of a single such bank: it shrinks to them, in
+        place), so that the next steps gather from as few banks as possible; banks without a row kept are dropped."""
+        groups: dict[Hashable, dict[int, tuple[_Bank, list[int]]]] = {}  # merge key -> {id(bank): (bank, indices)}
         for row in rows:
-            by_bank.setdefault(id(self._banks[row]), (self._banks[row], []))[1].append(self._indices[row])
-        new_index: dict[tuple[int, int], int] = {}
-        for bank, indices in by_bank.values():
-            distinct = sorted(set(indices))
-            if len(distinct) < bank.size:
-                self._reorder(bank.state, torch.tensor(distinct, device=self.device))
-                bank.size = len(distinct)
-            new_index.update({(id(bank), old): new for new, old in enumerate(distinct)})
-        self._indices = [new_index[id(self._banks[row]), self._indices[row]] for row in rows]
-        self._banks = [self._banks[row] for row in rows]
+            bank = self._banks[row]
+            groups.setdefault(bank.merge_key, {}).setdefault(id(bank), (bank, []))[1].append(self._indices[row])
+        moved: dict[tuple[int, int], tuple[_Bank, int]] = {}  # (id(bank), index) -> (its bank, index) from now on
+        for by_bank in groups.values():
+            kept = [(bank, sorted(set(indices))) for bank, indices in by_bank.values()]
+            if len(kept) == 1:
+                bank, distinct = kept[0]
+                if len(distinct) < bank.size:
+                    self._reorder(bank.state, torch.tensor(distinct, device=self.device))
+                    bank.size = len(distinct)
+                merged, offsets = bank, [0]
+            else:
+                size = sum(len(distinct) for _, distinct in kept)
+                state = self._concatenate([self._gather(bank, distinct) for bank, distinct in kept])
+                merged = _Bank(state, size, self._merge_key(state, size))
+                offsets = [0]
+                for _, distinct in kept[:-1]:
+                    offsets.append(offsets[-1] + len(distinct))
+            for (bank, distinct), offset in zip(kept, offsets):
+                moved.update({(id(bank), old): (merged, offset + new) for new, old in enumerate(distinct)})
+        places = [moved[id(self._banks[row]), self._indices[row]] for row in rows]
+        self._banks = [bank for bank, _ in places]
+        self._indices = [index for _, index in places]
         self.prefixes = [self.prefixes[row] for row in rows]
 
     def _step(self, prefixes: list[tuple[int, ...]], state: dict) -> tuple[Tensor, _Bank]:
@@ -189,6 +221,9 @@ class LanguageModelStates:
 
     def _concatenate(self, states: list[dict]) -> dict:
         """One state of the rows of ``states`` (equal ``merge_key``s), in order."""
+        if self._concatenate_states is not None:
+            return self._concatenate_states(states)
+
         def leaf(path: Path, values: list) -> Any:
             dim = self._batch_dims.get(path)
             return values[0] if dim is None else torch.cat(values, dim)
@@ -197,7 +232,9 @@ class LanguageModelStates:
     def _merge_key(self, state: dict, size: int) -> Hashable:
         """What a state must share with another for their rows to step together: its structure, its values outside
         tensors, its tensors' dtypes and shapes without the batch dimension (and its tensors without one: the same
-        objects)."""
+        objects); nothing where the decoder concatenates any of its states."""
+        if self._concatenate_states is not None:
+            return ()
         leaves = list(_leaves(state))
         if any(isinstance(value, Tensor) and path not in self._batch_dims for path, value in leaves):
             self._learn_batch_dims(state, size)

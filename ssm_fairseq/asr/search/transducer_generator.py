@@ -9,6 +9,7 @@ from torch import Tensor
 from .beam_search import BeamSearch
 from .greedy_search import GreedySearch
 from .hypothesis import MAX_SYMBOLS_PER_FRAME, Hypothesis, SearchSettings
+from .bigram_lm import BigramLM, check_ilm_weight
 from .lm_fusion import LanguageModelFusion, check_is_language_model, check_lm_weight, check_same_units
 
 
@@ -46,6 +47,9 @@ class TransducerGenerator:
             included, are fused scores. None (the default) decodes with the transducer alone.
         lm_weight: the LM's weight; 0 searches without the LM (it is never run).
         lm_eos: add ``lm_weight * log p_lm(</s> | hypothesis)`` when a hypothesis is finished.
+        ilm, ilm_weight: LODR: a ``BigramLM`` of the training transcripts (``bigram_lm``, ``--ilm-path``) whose
+            ``ilm_weight * log p_bigram(label | previous label)`` every emitted label's fused score loses, estimating
+            the transducer's internal LM; ``ilm_weight`` above 0 needs ``lm_model`` and ``lm_weight`` above 0.
         dtype: the floating-point type to decode in; the model is converted to it (``torch.bfloat16`` for
             ``fairseq-generate --bf16``, which, unlike ``--fp16``, fairseq leaves to the generator). None keeps the
             model's dtype. Either way the features are cast to the model's dtype before the encoder; kernels and
@@ -55,7 +59,7 @@ class TransducerGenerator:
     def __init__(self, models, tgt_dict, beam: int = 1, nbest: int = 1,
                  max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME, length_norm: float = 0.0,
                  blank_penalty: float = 0.0, lm_model=None, lm_weight: float = 0.0, lm_eos: bool = True,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, ilm: BigramLM | None = None, ilm_weight: float = 0.0):
         if len(models) != 1:
             raise ValueError(f"transducer search decodes with one model, got {len(models)}; "
                              "average the checkpoints (scripts/average_checkpoints.py) instead of ensembling")
@@ -77,6 +81,16 @@ class TransducerGenerator:
         if lm_model is not None:
             lm_model.eval()  # not chained: after fairseq's make_generation_fast_, eval() returns None
         self.lm_weight, self.lm_eos = lm_weight, lm_eos
+        check_ilm_weight(ilm_weight)
+        if ilm_weight and not lm_weight:
+            raise ValueError(f"--ilm-weight {ilm_weight} needs a fused language model (--lm-path and --lm-weight "
+                             f"above 0): LODR corrects shallow fusion")
+        if ilm_weight and ilm is None:
+            raise ValueError(f"--ilm-weight {ilm_weight} needs the bigram of the training transcripts (--ilm-path)")
+        if ilm is not None:
+            check_same_units(ilm.dictionary(), tgt_dict, "the --ilm-path bigram",
+                             "scripts/build_bigram.py --data DATA, with the transducer's data directory")
+        self.ilm, self.ilm_weight = ilm, ilm_weight
 
     @torch.no_grad()
     def generate(self, models, sample: dict, **unused) -> list[list[dict]]:
@@ -98,7 +112,7 @@ class TransducerGenerator:
         its language model if it has one and a weight above 0; feed it encoder frames with ``advance``, in one call
         or in chunks."""
         fusion = None if self.lm_model is None or not self.lm_weight else LanguageModelFusion(
-            self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos)
+            self.lm_model, self.lm_weight, self.model.blank, self.eos, self.lm_eos, self.ilm, self.ilm_weight)
         if self.beam == 1:
             return GreedySearch(self.model, batch, device, self.settings, fusion)
         return BeamSearch(self.model, batch, device, self.beam, self.settings, fusion)

@@ -28,7 +28,9 @@ class LocalAttention(nn.Module):
     In training on a CPU the blocks (each key copied into ``c`` spans) are formed again in the backward pass
     (``recompute.recomputed``), which keeps only ``q``, ``k`` and ``v`` for it.
     Incremental decoding (causal only) keeps at most ``window`` keys/values per layer (in a buffer of twice that,
-    ``O(B * D * window)``) and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens.
+    ``O(B * D * window)``) and uses ``O(B * heads * (n + window) * window)`` for ``n`` new tokens. The rows of a
+    cache may have seen different numbers of tokens (``concatenate_caches``): each row's keys are right-aligned in
+    the buffer, and a per-row count of the slots before them (``missing``) masks those out.
     """
 
     def __init__(
@@ -119,17 +121,27 @@ class LocalAttention(nn.Module):
         """Attend ``n`` new tokens (queries ``B x H x n x hd``, keys and values ``B x 2 x H x n x hd``) over cached +
         new keys; update ``cache`` in place.
 
-        The cached keys start at a chunk boundary (chunk mode), so prepending them and left-padding the
-        queries by as many dummy rows aligns everything for :meth:`_attend`.
+        The cache: a buffer ``kv`` (``B x 2 x H x capacity x hd``) whose slots ``end - length .. end - 1`` hold the
+        cached keys and values, oldest first; optionally ``missing`` (``B``, long): how many of those ``length``
+        slots come before row ``b``'s own keys (a row that has seen fewer tokens than others, after
+        ``concatenate_caches``), absent when every row has all ``length``. The cached keys start at a chunk boundary
+        (chunk mode), so prepending them and left-padding the queries by as many dummy rows aligns everything for
+        :meth:`_attend`; with ``missing``, at most ``window`` new tokens are attended at a time.
         """
-        m = cache.get("length", 0)
+        m, n, missing = cache.get("length", 0), q.shape[2], cache.get("missing")
+        if missing is not None and n > self.window:  # per-row masks cover at most a window of queries
+            return torch.cat([self._attend_cached(q[:, :, s:s + self.window], kv[:, :, :, s:s + self.window], cache,
+                                                  position_bias) for s in range(0, n, self.window)], 2)
         k, v = self._extend_cache(cache, kv) if m else kv.unbind(1)
-        if q.shape[2] <= self.window:
+        if n <= self.window:
             y = self._attend_recent(q, k, v, position_bias, cache)
         else:
             y = self._attend(_pad_seq(q, m, 0), k, v, None, position_bias)[:, :, m:]
-        cache["pos"] = cache.get("pos", 0) + q.shape[2]
-        keep = min(self.window, k.shape[2]) if self.mode == "window" else cache["pos"] % self.window
+        keep = self._kept(m + n)  # the longest row's keys a next token may attend
+        if missing is not None:
+            kept = self._kept(m - missing + n)  # each row's
+            keep = int(kept.max())
+            self._set_missing(cache, keep - kept)
         if m:
             cache["length"] = keep
         else:  # the first tokens: a buffer of the kept tail, with room for the next window's keys
@@ -137,6 +149,50 @@ class LocalAttention(nn.Module):
             cache.update(kv=k.new_empty(B, 2, H, keep + self.window, hd), end=0, length=0)
             self._extend_cache(cache, kv[:, :, :, kv.shape[3] - keep:])
         return y
+
+    def _kept(self, seen):
+        """Of a row's last ``seen`` keys (an int or a tensor of them; its chunk's in chunk mode), how many a next
+        token may attend: the last ``window`` (window mode) or those since its chunk began (chunk mode)."""
+        if self.mode == "chunk":
+            return seen % self.window
+        return min(seen, self.window) if isinstance(seen, int) else seen.clamp(max=self.window)
+
+    @staticmethod
+    def _set_missing(cache: dict, missing: Tensor) -> None:
+        """Store the rows' ``missing`` slots, or none where no row misses any (every row has the cache's length)."""
+        if bool(missing.any()):
+            cache["missing"] = missing
+        else:
+            cache.pop("missing", None)
+
+    def concatenate_caches(self, caches: list[dict]) -> dict:
+        """One cache of the rows of ``caches``, in order, whatever number of tokens each row has seen: each row's
+        keys are copied right-aligned into a new buffer as long as the most any row keeps, and ``missing`` counts
+        the slots before them. Stepping the result with ``n`` new tokens per row gives each row what stepping its
+        own cache would (the caches must each have seen at least one token)."""
+        parts, valid = [], []
+        for cache in caches:
+            if "kv" not in cache:
+                raise ValueError("a local-attention cache that has seen no token cannot be concatenated")
+            length, end = cache["length"], cache["end"]
+            part = cache["kv"][:, :, :, end - length:end]  # b x 2 x H x length x hd
+            parts.append(part)
+            rows = torch.full((part.shape[0],), length, dtype=torch.long, device=part.device)
+            valid.append(rows - cache["missing"] if "missing" in cache else rows)
+        valid = torch.cat(valid)
+        length = int(valid.max())
+        first = parts[0]
+        buffer = first.new_zeros(valid.numel(), 2, first.shape[2], length + self.window, first.shape[4])
+        start = 0
+        for part in parts:  # slots before a row's own keys stay zero (finite: masked scores of 0 weight)
+            count = min(part.shape[3], length)
+            buffer[start:start + part.shape[0], :, :, length - count:length] = part[:, :, :, part.shape[3] - count:]
+            start += part.shape[0]
+        out = dict(kv=buffer, end=length, length=length)
+        self._set_missing(out, length - valid)
+        if "bias_by_distance" in caches[0]:  # depends on the window only
+            out["bias_by_distance"] = caches[0]["bias_by_distance"]
+        return out
 
     def keys_and_values(self, cache: dict) -> tuple[Tensor, Tensor]:
         """The cached keys and values: ``B x H x m x hd`` each (``m <= window``), views into the cache's buffer."""
@@ -167,25 +223,35 @@ class LocalAttention(nn.Module):
         token costs ``O(window)``, where the blocks of ``_attend`` would score ``window x 2 window``.
 
         The cache holds only keys a next token may attend (the last ``window``, or its chunk's), so a single query
-        needs no mask. The mask (with the position bias) depends only on ``n`` and ``m + n``: without autograd it is
-        kept in ``cache`` and reused while they stay the same, as they do token after token once the window is
-        full; a single token's bias (window mode) is a slice of one row kept per sequence (``_single_query_bias``)."""
+        needs no mask unless rows miss leading slots (the cache's ``missing``: a per-row mask, ``B x 1 x n x
+        (m + n)``). The mask (with the position bias) depends only on ``n`` and ``m + n`` otherwise: without
+        autograd it is kept in ``cache`` and reused while they stay the same, as they do token after token once the
+        window is full; a single token's bias (window mode) is a slice of one row kept per sequence
+        (``_single_query_bias``)."""
         n, total = q.shape[2], k.shape[2]
+        missing = None if cache is None else cache.get("missing")
         mask = None
         reusable = cache is not None and not torch.is_grad_enabled()
         if reusable and n == 1 and position_bias is not None and self.mode == "window":
             mask = self._single_query_bias(position_bias, cache, total, q)
-        elif reusable and cache.get("recent_mask", (None,))[0] == (n, total):
+            if missing is not None:
+                own = torch.arange(total, device=q.device) >= missing[:, None]  # B x (m + n)
+                mask = mask.masked_fill(~own[:, None, None], float("-inf"))  # B x heads x 1 x (m + n)
+        elif missing is None and reusable and cache.get("recent_mask", (None,))[0] == (n, total):
             mask = cache["recent_mask"][1]
-        elif n > 1 or position_bias is not None:
+        elif n > 1 or position_bias is not None or missing is not None:
             i = torch.arange(total - n, total, device=q.device)[:, None]
             j = torch.arange(total, device=q.device)[None, :]
             dist = i - j  # n x (m + n)
+            if missing is not None:  # each row's positions from its first own key, which starts its chunk
+                i, j = i - missing[:, None, None], j - missing[:, None, None]  # B x n x 1, B x 1 x (m + n)
             same_span = dist <= self.window if self.mode == "window" else i // self.window == j // self.window
-            mask = (dist >= 0) & same_span  # every row holds its own position
+            mask = (dist >= 0) & same_span & (j >= 0)  # every row holds its own position
+            if missing is not None:
+                mask = mask[:, None]  # B x 1 x n x (m + n)
             if position_bias is not None:
-                mask = self._biased(mask, position_bias(-dist).to(q.dtype))  # heads x n x (m + n)
-            if reusable:  # a tuple: the batch reordering of beam search passes it by (it has no batch dimension)
+                mask = self._biased(mask, position_bias(-dist).to(q.dtype))  # [B x] heads x n x (m + n)
+            if reusable and missing is None:  # a tuple: beam search's reordering passes it by (no batch dimension)
                 cache["recent_mask"] = (n, total), mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               dropout_p=self.dropout if self.training else 0.0)
@@ -208,7 +274,12 @@ class LocalAttention(nn.Module):
 
     @staticmethod
     def reorder_cache(cache: dict, new_order: Tensor) -> None:
-        """Beam search: select ``new_order`` along the batch dim of every cached tensor, in place."""
+        """Beam search: select ``new_order`` along the batch dim of every cached tensor, in place; slots that no row
+        kept needs any more (every row misses them) are dropped."""
         for key, value in cache.items():
             if isinstance(value, Tensor):
                 cache[key] = value.index_select(0, new_order)
+        if "missing" in cache and cache["missing"].numel():
+            unused = int(cache["missing"].min())
+            cache["length"] -= unused
+            LocalAttention._set_missing(cache, cache["missing"] - unused)
