@@ -5,6 +5,7 @@ line can parse and check its options before it knows whether it needs torch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +54,9 @@ class DecodingOptions:
             ``fairseq-generate --fp16`` / ``--bf16`` (the joiner's log-softmax and the scores stay float32).
         lm_path, lm_weight, lm_eos: shallow fusion with a fairseq language model, as ``fairseq-generate --lm-path
             --lm-weight`` (and ``--no-lm-eos`` for ``lm_eos=False``); the LM stays in float32.
+        ilm_path, ilm_weight: LODR, as ``fairseq-generate --ilm-path --ilm-weight``: the bigram of the training
+            transcripts (``scripts/build_bigram.py``) whose weighted log-probability each emitted unit loses;
+            ``ilm_weight`` above 0 needs ``ilm_path`` and a fused LM (``lm_path``, ``lm_weight`` above 0).
         window_seconds, window_context_seconds, window_cmvn: files longer than ``window_seconds`` are transcribed
             offline in windows of that length, keeping each window's centre between ``window_context_seconds`` of
             context on each side; utterance CMVN per window or over the file (``windowing.Windowing``).
@@ -71,6 +75,8 @@ class DecodingOptions:
     lm_path: Path | str | None = None
     lm_weight: float = 0.0
     lm_eos: bool = True
+    ilm_path: Path | str | None = None
+    ilm_weight: float = 0.0
     window_seconds: float = Windowing.window_seconds
     window_context_seconds: float = Windowing.window_context_seconds
     window_cmvn: str = Windowing.window_cmvn
@@ -84,6 +90,11 @@ class DecodingOptions:
             raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}")
         if self.precision not in PRECISION_NAMES:
             raise ValueError(f"precision must be one of {sorted(PRECISION_NAMES)}, got {self.precision!r}")
+        if not math.isfinite(self.ilm_weight) or self.ilm_weight < 0:
+            raise ValueError(f"ilm_weight must be a finite number >= 0, got {self.ilm_weight}")
+        if self.ilm_weight and (self.ilm_path is None or self.lm_path is None or not self.lm_weight):
+            raise ValueError(f"ilm_weight {self.ilm_weight} needs ilm_path (the transcripts' bigram) and a fused "
+                             f"language model (lm_path, lm_weight above 0): LODR corrects shallow fusion")
         self.windowing  # ValueError naming the window option out of range
 
     @property
@@ -101,6 +112,8 @@ class DecodingOptions:
         searching = "greedy search" if self.beam == 1 else f"beam {self.beam}, {self.search} search"
         if self.lm_path is not None:
             searching += f", fused with {self.lm_path} (weight {self.lm_weight})"
+        if self.ilm_weight:
+            searching += f", LODR bigram {self.ilm_path} (weight {self.ilm_weight})"
         return searching
 
 
