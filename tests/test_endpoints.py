@@ -19,6 +19,7 @@ import torch
 
 from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.endpoints import EndpointRules
+from ssm_fairseq.asr.search.word_timestamps import LEAD_FRAMES, TAIL_FRAMES
 from ssm_fairseq.asr.segment_formats import read_json, read_subtitles
 from ssm_fairseq.transcribe import main as transcribe_main
 
@@ -100,14 +101,16 @@ def test_segments_end_at_known_silences_and_each_holds_its_speech(causal):
     assert [s.end for s in segments[:2]] == ends[:2]  # known as soon as the chunk that ended them was accepted
     assert segments[0].start == 0 and segments[-1].end == pytest.approx(len(samples) / RATE)
     frame = recognizer.frame_seconds
+    lead, tail = LEAD_FRAMES * frame, TAIL_FRAMES * frame  # the blank frames a word's times reach over
     for n, (segment, (first, last)) in enumerate(zip(segments, spans)):
         assert segment.words and segment.text == " ".join(w.word for w in segment.words)
-        # a word's frame starts up to 55 ms before its sound (a filterbank window reaches 25 ms back, the encoder
-        # frame 30 ms more) and ends within one frame after it
-        assert first - 0.055 - 1e-9 <= segment.words[0].start and segment.words[-1].end <= last + frame + 1e-9
+        # a word's emission frame starts up to 55 ms before its sound (a filterbank window reaches 25 ms back, the
+        # encoder frame 30 ms more) and ends within one frame after it; its times reach over blank frames around it
+        assert first - 0.055 - lead - 1e-9 <= segment.words[0].start
+        assert segment.words[-1].end <= last + frame + tail + 1e-9
         assert segment.start <= segment.words[0].start and segment.words[-1].end <= segment.end
         if n < 2:  # ended by rule 2 inside the following silence
-            after = segment.words[-1].end + rules.silence_after_speech
+            after = segment.words[-1].end - tail + rules.silence_after_speech  # blanks after the last emission
             assert after - 1e-9 <= segment.end <= after + 0.32 + frame
             assert segment.end < spans[n + 1][0]
     # the 4.5 s silence after the second utterance: rule 2 ended its segment, then rule 1 a segment without words
@@ -147,17 +150,24 @@ def test_at_each_endpoint_the_search_restarts_and_the_encoder_carries_on(causal)
     assert [s.text for s in segments] == texts
 
 
-def test_with_reset_encoder_each_segment_is_its_audio_transcribed_alone(causal):
-    """``reset_encoder``: at each endpoint the encoder starts afresh too, so each segment's text is that of a fresh
-    encoder and a fresh search over the segment's own filterbank frames (those its encoder frames stand for)."""
-    data, checkpoint, files = causal
-    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
-    samples = sf.read(str(files[0]), dtype="float32")[0]
+def segments_with_resets(recognizer: Recognizer, path: Path) -> list:
+    """``path`` streamed in 160 ms chunks, cut every 0.5 s (rule 3) with the encoder reset at each endpoint: its
+    segments, at least three, each with words."""
+    samples = sf.read(str(path), dtype="float32")[0]
     stream = recognizer.stream(endpoints=EndpointRules(max_segment=0.5, reset_encoder=True))
     for start in range(0, len(samples), 2560):
         stream.accept_waveform(samples[start:start + 2560])
     segments = stream.finish_segments()
     assert len(segments) >= 3 and all(s.text for s in segments)
+    return segments
+
+
+def test_with_reset_encoder_each_segment_is_its_audio_transcribed_alone(causal):
+    """``reset_encoder``: at each endpoint the encoder starts afresh too, so each segment's text is that of a fresh
+    encoder and a fresh search over the segment's own filterbank frames (those its encoder frames stand for)."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    segments = segments_with_resets(recognizer, files[0])
     features = recognizer.features(files[0]).unsqueeze(0)
     stride, frame = recognizer.encoder_stride, recognizer.frame_seconds
     bounds = [round(s.start / frame) * stride for s in segments] + [features.shape[1]]
@@ -171,6 +181,7 @@ def test_with_reset_encoder_each_segment_is_its_audio_transcribed_alone(causal):
         texts.append(recognizer.text(best.tokens))
     assert [s.text for s in segments] == texts
     carried = recognizer.stream(endpoints=EndpointRules(max_segment=0.5))
+    samples = sf.read(str(files[0]), dtype="float32")[0]
     for start in range(0, len(samples), 2560):
         carried.accept_waveform(samples[start:start + 2560])
     assert [s.start for s in carried.finish_segments()] == [s.start for s in segments]

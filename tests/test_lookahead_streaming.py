@@ -16,8 +16,9 @@ import soundfile as sf
 import torch
 
 from ssm_fairseq.asr import Recognizer
-from ssm_fairseq.asr.endpoints import EndpointRules
 
+from test_endpoints import segments_with_resets
+from test_stream_batch import _recording
 from test_streaming_transcriber import SEARCHES, causal  # noqa: F401  (causal: the trained model's fixture)
 from test_transcribe import _one_thread  # noqa: F401  (an autouse fixture)
 
@@ -71,18 +72,6 @@ def test_streamed_in_any_chunks_equals_offline_with_the_same_lookahead(lookahead
     assert torch.equal(loaded.cpu(), saved) and saved[:, 1:].abs().min() > 0  # the random taps, loaded
 
 
-def _recording(stream):
-    """Make ``stream`` keep every ``1 x m x D`` encoder output its search is given, in ``stream.encoded``."""
-    stream.encoded = []
-    search_frames = stream.search_frames
-
-    def recorded(rows: torch.Tensor) -> None:
-        stream.encoded.append(rows.clone())
-        search_frames(rows)
-    stream.search_frames = recorded
-    return stream
-
-
 @pytest.mark.parametrize("frames", [2, 4])
 def test_streams_stepped_together_equal_each_stream_alone_with_lookahead(lookahead, frames):
     """Three files in 80 ms chunks (2 encoder frames) as one batch, joining at chunks 0, 1 and 3 and leaving when
@@ -129,12 +118,7 @@ def test_an_encoder_reset_at_an_endpoint_starts_at_the_segments_first_frame(look
     ``K`` encoder frames past its last (the stream's end for the last segment), cut to the segment's frames."""
     checkpoints, files = lookahead
     recognizer = Recognizer(checkpoints[frames], device="cpu", **SETTINGS["beam"])
-    samples = sf.read(str(files[0]), dtype="float32")[0]
-    stream = recognizer.stream(endpoints=EndpointRules(max_segment=0.5, reset_encoder=True))
-    for start in range(0, len(samples), 2560):
-        stream.accept_waveform(samples[start:start + 2560])
-    segments = stream.finish_segments()
-    assert len(segments) >= 3 and all(s.text for s in segments)
+    segments = segments_with_resets(recognizer, files[0])
     features = recognizer.features(files[0]).unsqueeze(0)
     stride, frame = recognizer.encoder_stride, recognizer.frame_seconds
     bounds = [round(s.start / frame) for s in segments] + [None]

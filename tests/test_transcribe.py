@@ -22,7 +22,7 @@ from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 from ssm_fairseq.asr.features.audio_features import audio_frames
-from ssm_fairseq.asr.search.word_timestamps import word_timestamps
+from ssm_fairseq.asr.search.word_timestamps import LEAD_FRAMES, word_timestamps
 from ssm_fairseq.transcribe import PRECISIONS, InputError, TimedTranscript, Transcriber, timed_words_json, transcribe
 from ssm_fairseq.transcribe import main as transcribe_main
 
@@ -441,13 +441,14 @@ def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
     timing chain is checked with its encoder's and joiner's outputs replaced by an oracle that emits one word at
     each onset of sound (``_OnsetEncoder``): the features, utterance CMVN, the sub-sampler's frame counts, padded
     batches sorted by length, greedy search, the generator's alignment, units -> words -> seconds all run for real.
-    Asserted: no word starts in the silence, and the first word after A starts at most 55 ms before B's first
-    non-zero sample (the first filterbank frame to reach it starts up to 25 ms before it, and its encoder frame up to
-    30 ms before that) and not after it; A's words start as in A alone; B's first word as in B alone, shifted by A
-    and the silence (to within one 40 ms frame: the encoder frames fall on other samples); and in the same batch
-    (four files of different lengths), B after 0.7 s of silence starts within the same 55 ms of its first sound. The
-    trained model's words on the joined file are then checked for what holds whatever it emits: inside the audio,
-    in order, spelling the text.
+    Asserted: the first word after A is emitted at most 55 ms before B's first non-zero sample (the first filterbank
+    frame to reach it starts up to 25 ms before it, and its encoder frame up to 30 ms before that) and not after it,
+    and starts ``LEAD_FRAMES`` blank frames before that frame (a word's start reaches back over the blank frames
+    before it, ``word_timestamps``); A's words start as in A alone; B's first word as in the file of B after 0.7 s
+    of silence, shifted by A and the longer silence (to within one 40 ms frame: the encoder frames fall on other
+    samples), in the same batch (four files of different lengths), where it is emitted within the same 55 ms of
+    its first sound. The trained model's words on the joined file are then checked for what holds whatever it
+    emits: inside the audio, in order, spelling the text.
     """
     _, checkpoint, files = trained
     rate, silence = 16000, 2.0
@@ -470,11 +471,15 @@ def test_after_a_known_silence_the_next_word_starts_after_it(trained, tmp_path):
     print(f"\nA ends at {a_end:.3f} s, B's sound starts at {b_sound:.3f} s; oracle words (start, end):")
     print([(round(w.start, 3), round(w.end, 3)) for w in joined_words])
     assert a_words and b_words
+    # a word starts LEAD_FRAMES blank frames before the frame the oracle emits it at, its sound's first
+    lead = LEAD_FRAMES * transcriber.frame_seconds
     after_a = [w for w in joined_words if w.start >= a_end]
-    assert after_a and b_sound - 0.055 <= after_a[0].start <= b_sound, (after_a, b_sound)
+    assert after_a and b_sound - 0.055 <= after_a[0].start + lead <= b_sound + 1e-9, (after_a, b_sound)
     assert [w.start for w in joined_words if w.start < a_end] == [w.start for w in a_words]
-    assert after_a[0].start == pytest.approx(b_words[0].start + a_end + silence, abs=0.04 + 1e-9)
-    assert 0.7 + b_lead - 0.055 <= late_words[0].start <= 0.7 + b_lead
+    # B after 0.7 s of silence: as in the joined file, shifted by A and 1.3 s more silence (B alone has no
+    # silence before its first word for the lead to reach over)
+    assert after_a[0].start == pytest.approx(late_words[0].start + a_end + silence - 0.7, abs=0.04 + 1e-9)
+    assert 0.7 + b_lead - 0.055 <= late_words[0].start + lead <= 0.7 + b_lead + 1e-9
     duration = sf.info(str(joined)).duration
     _check_timed(timed[1], duration, transcriber.frame_seconds)
 
@@ -541,3 +546,26 @@ def test_audio_converted_to_16khz_mono_is_logged(trained, tmp_path):
             f"{narrow}") in out.stderr
     assert f"1 file not 16 kHz mono: 2 channels downmixed (to 16 kHz mono): {stereo}" in out.stderr
     assert str(files[1]) not in out.stderr.split("not 16 kHz mono", 1)[1]
+
+
+def test_cli_split_at_pauses_transcribes_a_joined_recording_as_its_pieces(trained, tmp_path):
+    """``--split-at-pauses 0.5`` (``Windowing.pause_seconds``): two files joined with 1 s of faint noise between them
+    give the API's transcript cut at pauses; refused with ``--stream``, where endpoints cut."""
+    _, checkpoint, files = trained
+    rng = np.random.default_rng(0)
+    noise = lambda: rng.normal(0, 1 / 32768, 16000).astype(np.float32)  # noqa: E731
+    joined = tmp_path / "joined.wav"
+    sf.write(joined, np.concatenate([noise(), sf.read(files[0], dtype="float32")[0], noise(),
+                                     sf.read(files[1], dtype="float32")[0], noise()]), 16000, subtype="PCM_16")
+    (expected,) = Transcriber(checkpoint, device="cpu", pause_seconds=0.5, **SEARCH).transcribe([joined])
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint),
+                          *_cli_options(SEARCH), "--cpu", "--split-at-pauses", "0.5", str(joined)],
+                         capture_output=True, text=True, cwd=REPO, env=SINGLE_THREAD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout == f"{joined}\t{expected}\n"
+    with pytest.raises(ValueError, match="pause_seconds must be at least 0, got -1"):
+        Transcriber(checkpoint, device="cpu", pause_seconds=-1)
+    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--stream",
+                          "--split-at-pauses", "0.5", str(joined)], capture_output=True, text=True, cwd=REPO,
+                         env=SINGLE_THREAD)
+    assert out.returncode == 2 and "--split-at-pauses cuts files offline" in out.stderr

@@ -60,6 +60,8 @@ class DecodingOptions:
         window_seconds, window_context_seconds, window_cmvn: files longer than ``window_seconds`` are transcribed
             offline in windows of that length, keeping each window's centre between ``window_context_seconds`` of
             context on each side; utterance CMVN per window or over the file (``windowing.Windowing``).
+        pause_seconds: if positive, offline transcription cuts every file where its audio pauses at least this long
+            and decodes the pieces as utterances (``windowing.Windowing``, ``pause_segments``); 0: off.
 
     Raises ``ValueError`` naming the first option out of its range.
     """
@@ -80,6 +82,7 @@ class DecodingOptions:
     window_seconds: float = Windowing.window_seconds
     window_context_seconds: float = Windowing.window_context_seconds
     window_cmvn: str = Windowing.window_cmvn
+    pause_seconds: float = Windowing.pause_seconds
 
     def __post_init__(self):
         for name in ("beam", "max_symbols_per_frame", "max_tokens", "batch_size"):
@@ -100,7 +103,7 @@ class DecodingOptions:
     @property
     def windowing(self) -> Windowing:
         """Where files longer than one window are cut (``long_form``)."""
-        return Windowing(self.window_seconds, self.window_context_seconds, self.window_cmvn)
+        return Windowing(self.window_seconds, self.window_context_seconds, self.window_cmvn, self.pause_seconds)
 
     @property
     def batch_max_tokens(self) -> int | None:

@@ -29,6 +29,7 @@ from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
 from .features.audio_features import FRAME_SHIFT_SAMPLES, SAMPLE_RATE, AudioError, Conversions, filterbank_features
 from ..integrity.checkpoint_checks import EVALUATION_SPLIT, naming_the_checkpoint
 from ..integrity.language_model_check import load_language_model
+from .search.bigram_lm import BigramLM
 from .search.transducer_generator import TransducerGenerator
 from .search.word_timestamps import TimedWord, word_timestamps
 from .encoder.subsampling import subsampling_stride
@@ -80,8 +81,11 @@ class Recognizer:
         self.encoder_stride = subsampling_stride(self.model.cfg.subsampler, self.model.cfg.tr_stride)
         self.frame_seconds = self.encoder_stride * FRAME_SHIFT_SAMPLES / SAMPLE_RATE
         dtype = str(self.dtype).removeprefix("torch.")  # what decodes, not only what was asked
+        lookahead = getattr(self.model.cfg, "lookahead_frames", 0)
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
-                    f"parameters, on {self.device} in {dtype}; {self.options.describe_search()}")
+                    f"parameters, on {self.device} in {dtype}; {self.options.describe_search()}"
+                    + (f"; look-ahead {lookahead} frames ({1000 * lookahead * self.frame_seconds:.0f} ms)"
+                       if lookahead else ""))
 
     def _load_model(self, checkpoint: Path | str, state: dict) -> torch.nn.Module:
         """The checkpoint's model with its weights, on this recognizer's device in its precision, in eval mode."""
@@ -97,8 +101,10 @@ class Recognizer:
         """The task's generator with the options' search, fused with the options' LM if any."""
         options = self.options
         lm = None if options.lm_path is None else load_language_model(options.lm_path, data, self.device)
+        ilm = None if options.ilm_path is None else BigramLM.load(options.ilm_path)
         return self.task.build_generator([self.model], Namespace(beam=options.beam, nbest=1, lenpen=options.lenpen),
-                                         extra_gen_cls_kwargs={"lm_model": lm, "lm_weight": options.lm_weight})
+                                         extra_gen_cls_kwargs={"lm_model": lm, "lm_weight": options.lm_weight,
+                                                               "ilm": ilm, "ilm_weight": options.ilm_weight})
 
     @property
     def dtype(self) -> torch.dtype:
@@ -202,18 +208,18 @@ class Recognizer:
         return text if self.tokenizer is None else self.tokenizer.decode(text)
 
     def timed_words(self, tokens: Sequence[int], frames: Sequence[int],
-                    duration: float | None = None) -> list[TimedWord]:
+                    duration: float | None = None, not_before: float = 0.0) -> list[TimedWord]:
         """Label ids and the encoder frame each was emitted at (a ``Hypothesis``'s ``tokens`` and ``frames``) -> the
         words of ``text(tokens)`` with their times in seconds (``word_timestamps`` at this model's
-        ``frame_seconds``, clamped to ``duration`` when given). The ids ``text`` drops (``</s>``, ``<s>``) are
-        dropped here too."""
+        ``frame_seconds``, clamped to ``[not_before, duration]``, ``duration`` when given). The ids ``text`` drops
+        (``</s>``, ``<s>``) are dropped here too."""
         self.check_timestamps()
         if len(tokens) != len(frames):
             raise ValueError(f"{len(tokens)} tokens but {len(frames)} frames")
         dropped = set(self.generator.symbols_to_strip_from_output) | {self.dictionary.eos()}
         kept = [(int(token), frame) for token, frame in zip(tokens, frames) if int(token) not in dropped]
         return word_timestamps([self.dictionary[token] for token, _ in kept], [frame for _, frame in kept],
-                               self.frame_seconds, duration)
+                               self.frame_seconds, duration, not_before)
 
 
 @overload

@@ -294,7 +294,9 @@ class Stream:
         seconds, duration = self.recognizer.frame_seconds, self.seconds_accepted
         frames = self.search.frames_done[0]
         start, end = self.segment_start * seconds, duration if final else (self.segment_start + frames) * seconds
-        words = (self.recognizer.timed_words(best.tokens, [self.segment_start + f for f in best.frames], duration)
+        # the segment's words inside it: a word's start and end reach over blank frames, not over the cut
+        words = (self.recognizer.timed_words(best.tokens, [self.segment_start + f for f in best.frames],
+                                             min(end, duration), not_before=min(start, end))
                  if self.timestamps else [])
         text = self.recognizer.text(best.tokens)
         if self.endpoints is None or (text and not self._prior_only(best)):

@@ -12,14 +12,16 @@ of the file, rounded to 0.01)::
 
     a.flac<TAB>HELLO WORLD<TAB>[["HELLO", 0.32, 0.6], ["WORLD", 0.64, 1.04]]
 
-(JSON escapes any tab or line break, so a line splits on its first two tabs). A word's times are those of the
-encoder frames at which the search emitted its first and last units (``ssm_fairseq.asr.search.word_timestamps``):
-when the model decided on the word, which may lag the sound.
+(JSON escapes any tab or line break, so a line splits on its first two tabs). A word's times come from the
+alignment: the encoder frames at which the search emitted its units and the blank frames around them
+(``ssm_fairseq.asr.search.word_timestamps``, which says how they were measured against known word boundaries).
 
 Segments: each file is one segment, from 0 to its length, unless ``--endpoints`` cuts it where the speaker pauses
 (``ssm_fairseq.asr.endpoints``: the rules, their defaults and why; ``--endpoint-*`` and ``--max-segment`` set
 them). Streamed, the search (and the LM's context) restarts at each endpoint while the encoder carries on;
-offline, the transcript's timed words are cut by the same rules. ``--format`` writes the segments
+offline, the transcript's timed words are cut by the same rules. ``--split-at-pauses SECONDS`` (offline) cuts
+each file where its audio is quiet that long and transcribes the pieces as utterances (``ssm_fairseq.asr.
+pause_segments``), which models trained on single sentences need for recordings of several. ``--format`` writes the segments
 (``ssm_fairseq.asr.segment_formats``): ``text`` (the lines above), ``tsv`` (a row per segment with its start and
 end), ``json`` (files, segments, and words with ``--timestamps``), ``srt`` and ``vtt`` (subtitles, a cue per
 segment). ``--output-dir DIR`` writes each audio file's output to ``DIR/NAME.EXT`` (``NAME`` the audio file's name
@@ -80,6 +82,10 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-weight", type=float, default=0.0, help="the language model's weight (default 0)")
     parser.add_argument("--lm-eos", action=argparse.BooleanOptionalAction, default=True,
                         help="add the LM's end-of-sentence score to finished hypotheses (default: on)")
+    parser.add_argument("--ilm-path", default=None, metavar="FILE",
+                        help="LODR: the bigram of the training transcripts (scripts/build_bigram.py), with --lm-path")
+    parser.add_argument("--ilm-weight", type=float, default=0.0, metavar="W",
+                        help="LODR: the bigram's weight per emitted unit (default 0: off)")
 
 
 def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +100,10 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-cmvn", choices=CMVN_SCOPES, default=Windowing.window_cmvn,
                         help="offline windows with utterance CMVN: each window's own statistics (window, default) or "
                              "the whole file's (file: one more pass over the file)")
+    parser.add_argument("--split-at-pauses", dest="pause_seconds", type=float, default=Windowing.pause_seconds,
+                        metavar="SECONDS", help="offline: cut each file where its audio pauses at least this long and "
+                        "transcribe the pieces as utterances (default 0: off; 0.25-0.5 for recordings of several "
+                        "sentences, which a model trained on single sentences transcribes badly whole)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
@@ -119,9 +129,9 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """Timestamps, endpoints and the output's format and place."""
     parser.add_argument("--timestamps", action="store_true",
-                        help="give the words with their times, in seconds, from the encoder frames at which the "
-                             "search emitted each word's first and last units (when the model decided, which may "
-                             "lag the sound): --format text adds a third column, a JSON list of [word, start, end] in "
+                        help="give the words with their times, in seconds, from the alignment (the encoder frames "
+                             "at which the search emitted each word's units and the blank frames around them): "
+                             "--format text adds a third column, a JSON list of [word, start, end] in "
                              "seconds (rounded to 0.01); tsv a words column; json a words list per segment")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="output_format",
                         help="text: PATH<TAB>transcript per file (default); tsv: a header, then "
@@ -175,6 +185,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unprintable:
         parser.error(f"{unprintable[0]!r}: a file name holding a tab or a line break cannot be printed as "
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.asr.Recognizer from Python)")
+    if args.pause_seconds and (args.stream or args.onnx is not None):
+        parser.error("--split-at-pauses cuts files offline with --checkpoint; a stream is cut by --endpoints")
     if args.chunk_ms is not None and not args.stream:
         parser.error("--chunk-ms sets the chunks of --stream; add --stream")
     if args.stream and args.onnx is None:

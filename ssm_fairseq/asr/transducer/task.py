@@ -48,6 +48,7 @@ from ...integrity.manifest_check import check_manifest
 from ...integrity.task_check import check_arch_when_parsed, speech_task_arch_error, speech_task_option_clash
 from ..options import MAX_SYMBOLS_PER_FRAME, SEARCHES  # torch-free, with the decoding options
 from ..search import TransducerGenerator
+from ..search.bigram_lm import BigramLM
 from ..search.lm_fusion import check_lm_weight
 from .data_config import DataDirectoryConfig
 from .seeded_items import SeededItems
@@ -93,7 +94,8 @@ class SpeechTransducerTask(SpeechToTextTask):
 
     Options besides ``speech_to_text``'s: ``--search exact|modified``, ``--max-symbols-per-frame N``,
     ``--blank-penalty P`` and ``--lm-eos`` / ``--no-lm-eos``; ``--beam``, ``--nbest``, ``--lenpen``,
-    ``--unnormalized``, ``--lm-path`` and ``--lm-weight`` are fairseq's. Manifests
+    ``--unnormalized``, ``--lm-path`` and ``--lm-weight`` are fairseq's; ``--ilm-path`` and ``--ilm-weight`` add LODR to the
+    fusion. Manifests
     are checked when loaded, and the dictionary and features are checked against those a checkpoint was trained
     with.
     """
@@ -122,6 +124,11 @@ class SpeechTransducerTask(SpeechToTextTask):
         parser.add_argument("--lm-eos", action=argparse.BooleanOptionalAction, default=True,
                             help="with --lm-path: add the LM's end-of-sentence score (times --lm-weight) to every "
                                  "finished hypothesis (default; --no-lm-eos leaves it out)")
+        parser.add_argument("--ilm-path", default=None, metavar="FILE",
+                            help="LODR: the bigram of the training transcripts (scripts/build_bigram.py), subtracted "
+                                 "times --ilm-weight from every emitted unit's fused score (needs --lm-path)")
+        parser.add_argument("--ilm-weight", type=float, default=0.0, metavar="W",
+                            help="LODR: the bigram's weight, finite and >= 0 (default 0: off)")
 
     @classmethod
     def setup_task(cls, args, **kwargs):
@@ -290,13 +297,17 @@ class SpeechTransducerTask(SpeechToTextTask):
         # fairseq-generate converts the model for --fp16 (model.half()) but not for --bf16: the generator does
         dtype = torch.bfloat16 if getattr(self.args, "bf16", False) else None
         fusion = extra_gen_cls_kwargs or {}  # fairseq-generate's --lm-path model and --lm-weight
+        # LODR: a recognizer passes its bigram and weight; fairseq-generate has them among the task's options
+        ilm_path = getattr(self.args, "ilm_path", None)
+        ilm = fusion["ilm"] if "ilm" in fusion else (BigramLM.load(ilm_path) if ilm_path else None)
+        ilm_weight = fusion["ilm_weight"] if "ilm_weight" in fusion else getattr(self.args, "ilm_weight", 0.0) or 0.0
         if fusion.get("lm_model") is not None and not fusion.get("lm_weight"):
             logger.warning("--lm-path without --lm-weight (or with 0): the language model does not change the search")
         return TransducerGenerator(models, self.target_dictionary, beam=args.beam, nbest=args.nbest,
                                    max_symbols_per_frame=limit, length_norm=length_norm,
                                    blank_penalty=blank_penalty, lm_model=fusion.get("lm_model"),
                                    lm_weight=fusion.get("lm_weight") or 0.0, lm_eos=getattr(self.args, "lm_eos", True),
-                                   dtype=dtype)
+                                   dtype=dtype, ilm=ilm, ilm_weight=ilm_weight)
 
     def build_bpe(self, args):
         bpe = super().build_bpe(args)
