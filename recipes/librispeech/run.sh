@@ -10,8 +10,11 @@
 # Every stage can be re-run on its own.
 # Language-model fusion, after stage 5 (run.sh --stage 6 --stop-stage 8): 6 language-model text in the
 # transducer's units (the conf's lm_train_text, or the training transcripts; scripts/prepare_lm_text.py) and
-# fairseq-preprocess with the data's dict.txt, 7 fairseq-train --task language_modeling --arch LM_ARCH, 8 stage 4's
-# search fused with the LM (fairseq-generate --lm-path --lm-weight) at each weight of lm_weights, and a WER table.
+# fairseq-preprocess with the data's dict.txt (and, when ilm_weights holds a weight above 0, the bigram of the
+# training transcripts for LODR: scripts/build_bigram.py), 7 fairseq-train --task language_modeling --arch LM_ARCH,
+# 8 stage 4's search fused with the LM (fairseq-generate --lm-path --lm-weight) at each weight of lm_weights, and with
+# LODR at each pair of lm_weights x ilm_weights (--ilm-path --ilm-weight), and a WER table whose last row repeats the
+# row with the lowest WER on the first evaluation set (the weights chosen on dev).
 #
 # --conf: conf/librispeech.sh (LibriSpeech 960 h, the default), conf/mini.sh (the shipped mini corpus; what
 # `make demo` runs) or conf/mini_streaming.sh (the mini corpus, a causal model that streams). Environment:
@@ -49,6 +52,10 @@ save_dir="$work_dir/checkpoints/$arch"
 averaged="$save_dir/checkpoint_avg$average_last.pt"
 lm_dir="$work_dir/lm"
 lm_save_dir="$work_dir/checkpoints/lm_$lm_arch"
+bigram="$lm_dir/bigram.json"
+# LODR runs when ilm_weights (ILM_WEIGHTS in a conf) holds a weight above 0
+lodr="$(awk -v ws="${ilm_weights:-0}" 'BEGIN { n = split(ws, w, " "); for (i = 1; i <= n; i++) if (w[i] != 0) { print 1; exit } print 0 }')"
+ilm_weights="${ilm_weights:-0}"
 train_subset="${train_name:-${train_sets// /,}}"
 # the WER tables' columns, and the line of fairseq-generate's output that ends with the WER
 read -ra wer_columns <<< "$eval_sets"
@@ -141,6 +148,10 @@ if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
     --valid-manifests "$valid_sets"
   run fairseq-preprocess --only-source --srcdict "$data_dir/dict.txt" --trainpref "$lm_dir/text/train.txt" \
     --validpref "$lm_dir/text/valid.txt" --destdir "$lm_dir/bin" --workers 2
+  if [[ "$lodr" == 1 ]]; then
+    log "stage 6: bigram of the training transcripts (the internal-LM estimate of LODR) -> $bigram"
+    run python "$repo/scripts/build_bigram.py" --data "$data_dir" --manifests "${train_sets// /,}" --out "$bigram"
+  fi
 fi
 
 if [[ $stage -le 7 && $stop_stage -ge 7 ]]; then
@@ -157,20 +168,36 @@ fi
 if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
   lm_checkpoint="$lm_save_dir/checkpoint_best.pt"
   [[ -f "$lm_checkpoint" ]] || { echo "no language model $lm_checkpoint: run stage 7 first" >&2; exit 1; }
-  table_start "LM weight ($lm_arch)" "${wer_columns[@]}"
+  [[ "$lodr" == 0 || -f "$bigram" ]] || { echo "no bigram $bigram for ILM_WEIGHTS=$ilm_weights: run stage 6" >&2; exit 1; }
+  table_start "LM weight ($lm_arch)" "ILM weight (LODR)" "${wer_columns[@]}"
+  best_row=() best_wer=
   for weight in $lm_weights; do
-    wers=()
-    for subset in $eval_sets; do
-      out="$work_dir/decode/$arch/lm_${lm_arch}_$weight/$subset"
-      log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight -> $out"
-      # shellcheck disable=SC2086
-      run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
-        --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
-        --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" --results-path "$out" \
-        ${DECODE_ARGS:-} > /dev/null
-      wers+=("$(metric "$out/generate-$subset.txt" 8 WER "$wer_line")")
+    for ilm_weight in $ilm_weights; do
+      # LODR subtracts the bigram from a fused score: without the LM (weight 0) there is nothing to correct
+      if [[ "$ilm_weight" != 0 ]] && awk -v w="$weight" 'BEGIN { exit !(w == 0) }'; then continue; fi
+      lodr_args=() suffix=
+      if [[ "$ilm_weight" != 0 ]]; then
+        lodr_args=(--ilm-path "$bigram" --ilm-weight "$ilm_weight")
+        suffix="_ilm_$ilm_weight"
+      fi
+      wers=()
+      for subset in $eval_sets; do
+        out="$work_dir/decode/$arch/lm_${lm_arch}_$weight$suffix/$subset"
+        log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight ${lodr_args[*]} -> $out"
+        # shellcheck disable=SC2086
+        run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
+          --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
+          --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" "${lodr_args[@]}" \
+          --results-path "$out" ${DECODE_ARGS:-} > /dev/null
+        wers+=("$(metric "$out/generate-$subset.txt" 8 WER "$wer_line")")
+      done
+      table_add "$weight" "$ilm_weight" "${wers[@]}"
+      # the weights chosen on dev: the lowest WER on the first evaluation set, the first such row on a tie
+      if [[ -z "$best_wer" ]] || awk -v a="${wers[0]}" -v b="$best_wer" 'BEGIN { exit !(a < b) }'; then
+        best_wer="${wers[0]}" best_row=("$weight" "$ilm_weight" "${wers[@]}")
+      fi
     done
-    table_add "$weight" "${wers[@]}"
   done
+  table_add "chosen on ${eval_sets%% *}: ${best_row[0]}" "${best_row[1]}" "${best_row[@]:2}"
   table_print "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi

@@ -38,3 +38,6 @@ lm_model_args="${LM_MODEL_ARGS:-}"
 lm_train_args="${LM_TRAIN_ARGS:---sample-break-mode complete --tokens-per-sample 512 --max-tokens 16384 --lr 5e-4 \
 --warmup-updates 4000 --max-update 200000 --skip-invalid-size-inputs-valid-test}"
 lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.4}"
+# LODR (stage 8): each weight above 0 subtracts that times a bigram of the training transcripts (built by stage 6)
+# from every fused unit's score, at each LM weight above 0; 0 alone: shallow fusion only
+ilm_weights="${ILM_WEIGHTS:-0}"

@@ -51,3 +51,6 @@ lm_model_args="${LM_MODEL_ARGS:---decoder-layers 2 --decoder-embed-dim 128 --dec
 lm_train_args="${LM_TRAIN_ARGS:---sample-break-mode eos --tokens-per-sample 128 --max-tokens 2048 --lr 1e-3 \
 --warmup-updates 50 --max-update 600}"
 lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.5}"
+# LODR (stage 8): each weight above 0 subtracts that times a bigram of the training transcripts (built by stage 6)
+# from every fused unit's score, at each LM weight above 0; 0 alone: shallow fusion only
+ilm_weights="${ILM_WEIGHTS:-0}"
