@@ -21,6 +21,7 @@ from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.endpoints import EndpointRules
 from ssm_fairseq.asr.search.word_timestamps import LEAD_FRAMES, TAIL_FRAMES
 from ssm_fairseq.asr.segment_formats import read_json, read_subtitles
+from ssm_fairseq.asr.transcripts import joined
 from ssm_fairseq.transcribe import main as transcribe_main
 
 from test_streaming_transcriber import SEARCHES, causal  # noqa: F401  (causal: the trained model's fixture)
@@ -137,7 +138,13 @@ def test_at_each_endpoint_the_search_restarts_and_the_encoder_carries_on(causal)
     segments = stream.finish_segments()
     assert len(segments) >= 3 and all(s.text for s in segments)
     assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
-    frames = recognizer.features(files[0]).unsqueeze(0)
+    assert [s.text for s in segments] == _fresh_searches(recognizer, files[0], segments)
+
+
+def _fresh_searches(recognizer: Recognizer, path: Path, segments: list) -> list[str]:
+    """The text of a fresh search (``generator.search``, with its LM if any) over each segment's frames of the whole
+    file's encoder output."""
+    frames = recognizer.features(path).unsqueeze(0)
     with torch.no_grad():
         encoded = recognizer.model.encoder(frames, torch.tensor([frames.shape[1]]))["encoder_out"]
     bounds = [round(s.start / recognizer.frame_seconds) for s in segments] + [encoded.shape[1]]
@@ -147,7 +154,75 @@ def test_at_each_endpoint_the_search_restarts_and_the_encoder_carries_on(causal)
         search.advance(encoded[:, first:last])
         (best, *_), = search.finish(1, recognizer.generator.length_norm)
         texts.append(recognizer.text(best.tokens))
-    assert [s.text for s in segments] == texts
+    return texts
+
+
+def _stream_in_chunks(stream, samples: np.ndarray, chunk: int = 2560, each=None) -> list:
+    """``samples`` through ``stream`` in ``chunk``-sample chunks (``each(stream, partial)`` after each) -> its
+    segments."""
+    for start in range(0, len(samples), chunk):
+        partial = stream.accept_waveform(samples[start:start + chunk])
+        if each is not None:
+            each(stream, partial)
+    return stream.finish_segments()
+
+
+def test_with_lm_fusion_the_lm_context_restarts_at_each_endpoint(causal):
+    """A known LM whose scores depend on the whole context (``CountingBigramDecoder``: the sum of the units so far)
+    fused into a stream cut every 0.5 s: each segment's text is that of a fresh fused search over its frames, whose
+    LM starts from ``</s>`` alone; and the LM changes the texts (the same segments without it differ)."""
+    from test_lm_fusion import bigram_lm
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    samples = sf.read(str(files[0]), dtype="float32")[0]
+    plain = _fresh_searches(recognizer, files[0], _stream_in_chunks(
+        recognizer.stream(endpoints=EndpointRules(max_segment=0.5)), samples))
+    recognizer.generator.lm_model = bigram_lm(len(recognizer.dictionary), seed=1, sharpness=6.0).float()
+    recognizer.generator.lm_weight = 2.0
+    segments = _stream_in_chunks(recognizer.stream(endpoints=EndpointRules(max_segment=0.5)), samples)
+    assert len(segments) >= 3 and all(s.text for s in segments)
+    assert [s.text for s in segments] == _fresh_searches(recognizer, files[0], segments)
+    assert [s.text for s in segments] != plain[:len(segments)]
+
+
+def test_a_long_stream_keeps_only_its_segment_in_progress(causal):
+    """Four files joined into one stream cut every 0.5 s: after every chunk, the partial transcript is the whole
+    detokenization of the best hypothesis, whose units and frames are the segment's alone (at most 0.5 s and a
+    chunk of frames); the encoder's cache keeps its size, the filterbank and the frames waiting for the encoder
+    hold less than a chunk; the finished segments are kept one by one, their texts joined only at the end."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    samples = np.concatenate([sf.read(str(path), dtype="float32")[0] for path in files])
+    chunk, frame = 2560, recognizer.frame_seconds
+    seen = {"cache": set(), "units": 0, "chunks": 0}
+
+    def check(stream, partial: str) -> None:
+        best = stream.partial_hypothesis()
+        assert partial == recognizer.text(best.tokens)
+        assert stream.search.frames_done[0] * frame <= 0.5 + chunk / RATE + 1e-9
+        assert len(best.tokens) <= 2 * stream.search.frames_done[0]  # max_symbols_per_frame 2
+        assert stream.filterbank.pending_samples < 400 and len(stream.waiting) < recognizer.encoder_stride
+        seen["cache"].add(sum(t.numel() for t in _tensors(stream.encoder_cache)))
+        seen["units"] = max(seen["units"], len(stream.text.units))
+        seen["chunks"] += 1
+
+    stream = recognizer.stream(endpoints=EndpointRules(max_segment=0.5))
+    segments = _stream_in_chunks(stream, samples, chunk, check)
+    assert len(seen["cache"]) == 1 and seen["chunks"] == -(-len(samples) // chunk)
+    assert len(segments) >= 8 and joined(segments).text == " ".join(s.text for s in segments)
+    assert seen["units"] <= 2 * round((0.5 + chunk / RATE) / frame)
+
+
+def _tensors(value):
+    """Every tensor in a nested cache (dicts, lists, tuples)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
 
 
 def segments_with_resets(recognizer: Recognizer, path: Path) -> list:
@@ -249,3 +324,47 @@ def test_offline_files_are_one_segment_unless_endpoints_cut_their_words(causal, 
     assert transcribe_main(_cli(checkpoint, path, "--format", "srt")) == 0
     (cue,) = read_subtitles(capsys.readouterr().out, "srt")
     assert cue.text == whole[0].text
+
+
+def test_the_cost_benchmark_prints_each_part_beside_the_reference(causal, capsys, monkeypatch):
+    """``scripts/benchmarks/streaming_cost.py --minutes 0.05`` on the tiny model: a row for the recognizer end to end,
+    one per part and one for the cached transformer, and the memory and stream lines; no time asserted."""
+    import importlib.util
+
+    from cli import REPO
+    data, checkpoint, files = causal
+    monkeypatch.syspath_prepend(str(REPO / "scripts/benchmarks"))  # its measurement helpers, as when run as a script
+    spec = importlib.util.spec_from_file_location("streaming_cost", REPO / "scripts/benchmarks/streaming_cost.py")
+    streaming_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(streaming_cost)
+    assert streaming_cost.main(["--checkpoint", str(checkpoint), "--corpus-root", str(files[0].parents[3]),
+                                "--minutes", "0.05", "--beam", "2", "--pause-seconds", "0.5"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == ["recognizer, end to end (accept_waveform)", "features", "encoder (MSSM, state carried)",
+                        "search, endpoints, segments' words", "text (partial transcript)",
+                        "reference: causal transformer, key/value cache capped at 10 s (encoder only)"]
+    assert "process peak resident memory (VmHWM)" in out and "segments ended" in out
+
+
+def test_the_cached_reference_transformer_attends_to_its_capped_left_context(monkeypatch):
+    """The benchmark's reference, one layer, stepped in chunks of 8 encoder frames with a key/value cache capped at 5
+    frames: each output frame equals that frame run alone from the start of its window (the 5 frames before its
+    chunk, and its chunk's up to itself), with no cache."""
+    import importlib.util
+
+    from cli import REPO
+    monkeypatch.syspath_prepend(str(REPO / "scripts/benchmarks"))
+    spec = importlib.util.spec_from_file_location("streaming_cost", REPO / "scripts/benchmarks/streaming_cost.py")
+    streaming_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(streaming_cost)
+    torch.manual_seed(0)
+    model = streaming_cost.CachedCausalTransformer(16, 1, 32, 2, left_context=5).eval()
+    features = torch.randn(1, 4 * 24, 80)
+    cache: list = []
+    stepped = torch.cat([model.step(features[:, start:start + 32], cache) for start in range(0, 96, 32)], dim=1)
+    assert cache[0][0].shape[2] == 5
+    truth = torch.cat([model.step(features[:, 4 * max(0, t - t % 8 - 5):4 * (t + 1)], [])[:, -1:]
+                       for t in range(24)], dim=1)
+    assert torch.allclose(stepped, truth, atol=1e-5)
+    assert not torch.allclose(stepped, model.step(features, [])[:, :24], atol=1e-3)  # the cap changes frames 13..

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from ssm_fairseq.asr.endpoints import EndpointRules, split_words
+from ssm_fairseq.asr.search.word_timestamps import word_timestamps
 from ssm_fairseq.asr.segment_formats import (SubtitleFormatError, format_files, format_json, format_subtitles,
                                              format_text, format_tsv, read_json, read_subtitles)
 from ssm_fairseq.asr.transcripts import Segment, joined
@@ -45,15 +46,57 @@ WORDS = [("A", 0.2, 0.4), ("B", 0.5, 0.8), ("C", 2.0, 2.3), ("D", 2.4, 3.0), ("E
 
 
 def test_offline_words_are_cut_at_pauses_and_at_the_longest_segment():
-    segments = split_words(WORDS, 9.0, RULES)
+    segments = split_words(WORDS, 9.0, RULES, frame_seconds=0.04)
     assert [s.text for s in segments] == ["A B", "C D", "E", "F"]
-    # the pause after B: the segment ends 0.8 s after B; E would end the segment that started at 1.6 s at 7.6 s
-    # (more than 5 s): it starts the next one, at its own start
-    assert [t for s in segments for t in (s.start, s.end)] == pytest.approx([0, 1.6, 1.6, 3.1, 3.1, 7.8, 7.8, 9.0])
+    # the pause after B: the segment ends 0.8 s after B's last emission frame, which its time's tail of 2 blank
+    # frames (80 ms) follows; E would end the segment that started at 1.52 s at 7.6 s (more than 5 s): it starts
+    # the next one, at its own start. The 0.1 and 0.2 s gaps are 0.34 and 0.44 s of blank frames: no cut
+    assert [t for s in segments for t in (s.start, s.end)] == pytest.approx([0, 1.52, 1.52, 3.1, 3.1, 7.8, 7.8, 9.0])
     assert [w for s in segments for w in s.words] == WORDS
     assert joined(segments).text == "A B C D E F"
-    assert split_words([], 3.0, RULES) == [Segment(0.0, 3.0, "", [])]
-    assert split_words(WORDS[:2], 1.0, RULES, "A  B") == [Segment(0.0, 1.0, "A  B", WORDS[:2])]
+    assert split_words([], 3.0, RULES, frame_seconds=0.04) == [Segment(0.0, 3.0, "", [])]
+    assert split_words(WORDS[:2], 1.0, RULES, "A  B", frame_seconds=0.04) == [Segment(0.0, 1.0, "A  B", WORDS[:2])]
+    with pytest.raises(ValueError, match="frame_seconds must be a positive number"):
+        split_words(WORDS, 9.0, RULES, frame_seconds=0)
+
+
+def _stream_cuts(emissions: list[tuple[int, int]], frames: int, rules: EndpointRules, seconds: float) -> list[float]:
+    """Where a stream stepped one encoder frame at a time cuts (``Stream.search_frames``' rule 2 check), its
+    search emitting each word's units at the given ``(first, last)`` frames: after frame ``n`` the best hypothesis
+    has emitted every unit before ``n``, and the segment ends at ``n`` when ``rules.rule`` says so."""
+    cuts, segment_start = [], 0
+    for n in range(1, frames + 1):
+        emitted = [last for first, last in emissions if segment_start <= first < n]
+        trailing = n - segment_start if not emitted else n - (max(emitted) + 1)
+        if rules.rule((n - segment_start) * seconds, trailing * seconds, bool(emitted)) == 2:
+            cuts.append(n * seconds)
+            segment_start = n
+    return cuts
+
+
+@pytest.mark.parametrize("frame_seconds", [0.04, 0.08])
+def test_offline_cuts_at_pauses_where_a_stream_does_whatever_the_frame_duration(frame_seconds):
+    """Words timed by ``word_timestamps`` (their starts reach back over blank frames, their ends forward) and cut by
+    ``split_words``: the cuts are those of a stream's rule 2 counting blank frames after the last emission frame,
+    for pauses just under, at and over 0.8 s (at 40 ms a frame the offline cut used to need 1.04 s of blanks)."""
+    rules = EndpointRules(silence_after_speech=0.8, max_segment=1000.0)
+    threshold = round(0.8 / frame_seconds)  # blank frames that end a segment
+    gaps = [threshold - 1, threshold, threshold + 1, 3, threshold + 6, 0, threshold * 2, threshold - 4]
+    emissions, frame = [], 2
+    for n, gap in enumerate(gaps + [0]):
+        emissions.append((frame, frame + n % 3))  # a word's units over 1 to 3 frames
+        frame = emissions[-1][1] + 1 + gap
+    frames = emissions[-1][1] + 1 + threshold // 2
+    units = [unit for n, (first, last) in enumerate(emissions) for unit in [f"\u2581W{n}", *["X"] * (last - first)]]
+    unit_frames = [f for first, last in emissions for f in range(first, last + 1)]
+    words = word_timestamps(units, unit_frames, frame_seconds, frames * frame_seconds)
+    segments = split_words(words, frames * frame_seconds, rules, frame_seconds=frame_seconds)
+    expected = _stream_cuts(emissions, frames, rules, frame_seconds)
+    assert len(expected) == sum(gap >= threshold for gap in gaps) == 4
+    assert [s.start for s in segments[1:]] == pytest.approx(expected)
+    assert all(s.start <= w.start <= w.end for s in segments for w in s.words)  # words inside their segment
+    assert [w.word for s in segments for w in s.words] == [w.word for w in words]
+    assert [w.end for s in segments for w in s.words] == [w.end for w in words]
 
 
 SEGMENTS = [Segment(0.0, 1.6, "HELLO THERE", [("HELLO", 0.2, 0.4), ("THERE", 0.52, 0.8)]),

@@ -216,6 +216,51 @@ def test_a_bad_chunk_refuses_the_step_before_any_stream_changes(causal):
 
 
 @pytest.mark.slow
+def test_a_stream_whose_features_are_not_finite_fails_alone_and_the_others_step_on(causal):
+    """Three streams stepped together; at the third step the middle one's filterbank gives NaN (the transforms then
+    refuse its features): it alone gets ``NonFiniteFeaturesError`` naming its position and source, inside
+    ``StreamsFailedError``, whose partial transcripts are the others'; those streams go on and end with their files'
+    transcripts streamed alone, and the failed stream, reset, transcribes its file afresh."""
+    from ssm_fairseq.asr.features.transforms import NonFiniteFeaturesError
+    from ssm_fairseq.asr.stream_batch import StreamsFailedError
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["beam"])
+    audio = [sf.read(str(path), dtype="float32")[0] for path in files[:3]]
+    alone = []
+    for samples in audio:
+        stream = recognizer.stream()
+        partials = [stream.accept_waveform(samples[i:i + 5120]) for i in range(0, len(samples), 5120)]
+        alone.append((partials, stream.finish().text))
+    streams = [recognizer.stream() for _ in audio]
+    sources = {stream: f"call {n}" for n, stream in enumerate(streams)}
+    steps = max(-(-len(samples) // 5120) for samples in audio)
+    partials: list[list[str]] = [[] for _ in audio]
+    for step in range(steps):
+        chunks = {stream: samples[step * 5120:(step + 1) * 5120] for stream, samples in zip(streams, audio)
+                  if step * 5120 < len(samples) and not (step > 2 and stream is streams[1])}
+        if step == 2:
+            accept = streams[1].filterbank.accept_waveform
+            streams[1].filterbank.accept_waveform = lambda samples: accept(samples) * np.nan
+            with pytest.raises(StreamsFailedError) as failed:
+                recognizer.step_streams(chunks, sources)
+            (stream, error), = failed.value.errors.items()
+            assert stream is streams[1] and isinstance(error, NonFiniteFeaturesError)
+            assert "stream 1 of the step, source 'call 1'" in str(failed.value)
+            result = failed.value.partials
+            assert set(result) == {streams[0], streams[2]}
+        else:
+            result = recognizer.step_streams(chunks, sources)
+        for n, stream in enumerate(streams):
+            if stream in result:
+                partials[n].append(result[stream])
+    for n in (0, 2):
+        assert partials[n] == alone[n][0]
+        assert streams[n].finish().text == alone[n][1]
+    streams[1].reset()
+    assert streams[1].stream_file(files[1], 320).text == alone[1][1]
+
+
+@pytest.mark.slow
 def test_the_benchmark_prints_a_row_per_number_of_streams_with_the_same_transcripts(causal, capsys, monkeypatch):
     """``scripts/benchmarks/many_streams.py`` on the tiny model, briefly: a row for each number of streams, the
     transcripts the same batched and one by one."""

@@ -1,120 +1,254 @@
 #!/usr/bin/env python
-"""Cost of one chunk of a long stream: the streaming MSSM encoder against a causal transformer that re-encodes.
+"""Cost of a chunk over a long stream, end to end: the streaming recognizer against a cached causal transformer.
 
-Two causal encoders of the same width, depth and sub-sampler (default: the mini conf's, ``conf/mini_streaming.sh``:
-width 144, FFN 576, 5 layers, ``tr`` stride 4; random weights, eval mode, no autograd: the cost does not depend on
-the weights or the audio, so the features are random):
+    flock /tmp/cpu.lock python scripts/benchmarks/streaming_cost.py --minutes 60
 
-* ``mssm streaming``: causal MSSM layers run chunk by chunk (``SpeechEncoder.step``), each SSM carrying its
-  ``D x N`` state: a chunk's work is the same at minute 10 as at minute 1.
-* ``transformer re-encoding``: causal self-attention (and sinusoidal positions) re-runs over the whole stream so
-  far at every chunk, which is what an attention encoder without a key/value cache (fairseq's) does to stream.
+One live stream of ``--minutes`` (default 60) of audio, made of a subset's utterances (default test-mini of the
+mini corpus, cycled in order) each followed by ``--pause-seconds`` (default 1) of faint noise (a 16-bit
+recording's floor), is cut into ``--chunk-ms`` chunks (default 320 ms), made as they are consumed (the whole
+recording is never held), and goes chunk by chunk through:
 
-The MSSM encoder runs the whole stream (``--minutes``, default 10) chunk by chunk and reports the mean time per chunk
-over the first minute and over the last one; the transformer is timed (best of ``--repeats``) on the chunk that ends
-minute 1 and the one that ends minute 10. Peak memory is the growth of the process's peak resident set during one
-chunk (``measurement.py``; CUDA: ``max_memory_allocated``); on CPU the script runs with glibc's mmap threshold at
-64 KiB (``MALLOC_MMAP_THRESHOLD_``, set by re-running itself) so that freed large buffers return to the system
-and every chunk's large buffers are counted, which slows large allocations for both encoders alike. Run alone: a
-second busy process slows both.
+* ``recognizer``: a real ``Stream`` on ``--checkpoint`` (default the mini recipe's streaming model,
+  ``/work/models/mini_streaming``), with endpoints (``EndpointRules()``: the search, its LM context and the partial
+  transcript restart at each) and word timestamps, beam ``--beam``: ``accept_waveform`` whole, and its parts:
+  ``features`` (filterbank and transforms, ``Stream.take_samples``), ``encoder`` (the causal encoder's step,
+  ``Recognizer.encode_features``), ``search`` (the search over the chunk's encoder frames, the endpoint rules and
+  each ended segment's final transcript and word times, ``Stream.search_frames``) and ``text`` (the partial
+  transcript, ``Stream.partial_text``: incremental detokenization).
+* ``reference``: a causal transformer encoder of the checkpoint's width, depth, FFN width and attention heads
+  (random weights: the cost does not depend on them), the same 4-frame sub-sampling (frames stacked and projected),
+  pre-LayerNorm layers, no positional encoding, stepped over the same feature frames the recognizer's encoder gets:
+  each layer keeps a key/value cache capped at ``--left-context-seconds`` (default 10 s) of encoder frames, so a
+  chunk's queries attend to at most that many past frames and their chunk's. An encoder alone: compare it with the
+  recognizer's ``encoder`` row (the recognizer's other rows are what a complete recognizer adds).
+
+Both run in the same process, chunk after chunk, so that the machine's load hits both alike. The table gives, for
+the first minute of the stream and for the last, the median and the mean over its chunks of the wall time and of
+the process's CPU time (``time.process_time``; run with ``--threads 1`` for it to be the chunk's own) per chunk,
+and their ratio last / first. Below it: the process's peak resident memory (VmHWM) after the first minute and at
+the end, and what the stream holds at the end (segments ended, their words). Times are printed, never asserted.
+Run alone, under the CPU lock: another busy process slows both.
 """
 from __future__ import annotations
 
 import argparse
-import os
+import itertools
+import statistics
 import sys
 import time
+from pathlib import Path
+from typing import Callable, Iterator
 
+import numpy as np
+import soundfile as sf
 import torch
+import torch.nn.functional as F
 
-from measurement import add_measurement_arguments, peak_memory_mib
-from ssm_fairseq.layers.encoder_layer import LayerConfig
-from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
+from measurement import status_kib
+from ssm_fairseq.asr import Recognizer
+from ssm_fairseq.asr.endpoints import EndpointRules
+from ssm_fairseq.asr.features.audio_features import NUM_MEL_BINS, SAMPLE_RATE
 
-FRAMES_PER_SECOND = 100
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CHECKPOINT = Path("/work/models/mini_streaming/checkpoints/mssm_transducer_streaming/checkpoint_avg3.pt")
+DEFAULT_CORPUS = REPO / "recipes/librispeech/mini/LibriSpeech"
+NOISE_FLOOR = 1 / 32768  # one 16-bit step: faint, never digital silence
 
 
-def encoder(layer_type: str, args: argparse.Namespace) -> SpeechEncoder:
+def long_stream(files: list[Path], minutes: float, pause_seconds: float, chunk: int) -> Iterator[np.ndarray]:
+    """``minutes`` of audio in ``chunk``-sample pieces (the last one shorter): the ``files`` cycled, each followed
+    by ``pause_seconds`` of noise at the 16-bit floor; made as consumed (one utterance and one chunk held)."""
+    utterances = [sf.read(str(path), dtype="float32")[0] for path in files]
+    pause = np.random.default_rng(0).normal(0, NOISE_FLOOR, round(pause_seconds * SAMPLE_RATE)).astype(np.float32)
+    left = round(minutes * 60 * SAMPLE_RATE)
+    pending = np.zeros(0, np.float32)
+    for samples in itertools.cycle(utterances):
+        pending = np.concatenate([pending, samples, pause])
+        while len(pending) >= chunk and left:
+            take = min(chunk, left)
+            yield pending[:take]
+            pending, left = pending[take:], left - take
+        if not left:
+            return
+
+
+class CachedCausalTransformer(torch.nn.Module):
+    """A causal transformer encoder stepped chunk by chunk with a key/value cache of at most ``left_context``
+    encoder frames per layer (the reference of the module docstring).
+
+    ``step(features, cache)``: ``1 x n x 80`` feature frames (``n`` a multiple of ``stride``) -> ``1 x n/stride x
+    width`` encoder frames; ``cache``: a list, empty at the stream's start, that holds each layer's ``(keys,
+    values)``, ``1 x heads x L x width/heads`` with ``L <= left_context``."""
+
+    def __init__(self, width: int, layers: int, ffn: int, heads: int, left_context: int, stride: int = 4):
+        super().__init__()
+        self.heads, self.left_context, self.stride = heads, left_context, stride
+        self.subsample = torch.nn.Linear(NUM_MEL_BINS * stride, width)
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "attention_norm": torch.nn.LayerNorm(width), "qkv": torch.nn.Linear(width, 3 * width),
+            "out": torch.nn.Linear(width, width), "ffn_norm": torch.nn.LayerNorm(width),
+            "ffn_in": torch.nn.Linear(width, ffn), "ffn_out": torch.nn.Linear(ffn, width)}) for _ in range(layers))
+
+    @torch.no_grad()
+    def step(self, features: torch.Tensor, cache: list) -> torch.Tensor:
+        batch, n, _ = features.shape
+        x = self.subsample(features.reshape(batch, n // self.stride, -1))
+        m = x.shape[1]
+        for index, layer in enumerate(self.layers):
+            q, k, v = layer["qkv"](layer["attention_norm"](x)).reshape(batch, m, 3, self.heads, -1).permute(
+                2, 0, 3, 1, 4)
+            if index < len(cache):
+                k, v = torch.cat([cache[index][0], k], 2), torch.cat([cache[index][1], v], 2)
+            past = k.shape[2] - m
+            # query i (of the chunk's m) sees the cached frames and the chunk's up to itself
+            mask = torch.arange(k.shape[2]).unsqueeze(0) <= past + torch.arange(m).unsqueeze(1)
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + layer["out"](attended.transpose(1, 2).reshape(batch, m, -1))
+            x = x + layer["ffn_out"](F.gelu(layer["ffn_in"](layer["ffn_norm"](x))))
+            kept = (k[:, :, -self.left_context:], v[:, :, -self.left_context:])
+            if index < len(cache):
+                cache[index] = kept
+            else:
+                cache.append(kept)
+        return x
+
+
+class Clock:
+    """Wall and process CPU seconds of each call of wrapped functions, summed per part until ``take``."""
+
+    def __init__(self):
+        self.spent: dict[str, list[float]] = {}
+
+    def wrap(self, part: str, function: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = self.spent.setdefault(part, [0.0, 0.0])
+                spent[0] += time.perf_counter() - wall
+                spent[1] += time.process_time() - cpu
+        return timed
+
+    def take(self) -> dict[str, tuple[float, float]]:
+        spent, self.spent = self.spent, {}
+        return {part: (wall, cpu) for part, (wall, cpu) in spent.items()}
+
+
+PARTS = ["recognizer", "features", "encoder", "search", "text", "reference"]
+LABELS = {"recognizer": "recognizer, end to end (accept_waveform)", "features": "  features",
+          "encoder": "  encoder (MSSM, state carried)", "search": "  search, endpoints, segments' words",
+          "text": "  text (partial transcript)"}
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """The stream through both -> per chunk ``{part: (wall, cpu)}``, and memory and stream facts."""
+    files = sorted((args.corpus_root / args.subset).glob("*/*/*.flac"))
+    if not files:
+        sys.exit(f"{args.corpus_root / args.subset}: no .flac files")
+    recognizer = Recognizer(args.checkpoint, device=args.device, beam=args.beam)
+    cfg = recognizer.model.cfg
+    left_context = round(args.left_context_seconds / recognizer.frame_seconds)
     torch.manual_seed(0)
-    cfg = LayerConfig(dim=args.width, ffn_dim=4 * args.width, attention_heads=args.heads, ssm_heads=4,
-                      ssm_state_size=args.state_size, dropout=0.0, causal=True)
-    return SpeechEncoder(layer_type, args.layers, cfg, subsampler="tr", tr_stride=4,
-                         positions=layer_type == "transformer").to(args.device).eval()
+    reference = CachedCausalTransformer(cfg.encoder_embed_dim, cfg.encoder_layers, cfg.encoder_ffn_embed_dim,
+                                        cfg.encoder_attention_heads, left_context, recognizer.encoder_stride
+                                        ).to(args.device).eval()
+    stream = recognizer.stream(timestamps=recognizer.tokenizer is None, endpoints=EndpointRules())
+    clock = Clock()
+    encoder_input: list[np.ndarray] = []
+
+    def encode(features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
+        encoder_input.append(features)
+        return encode_features(features, cache, final)
+    encode_features = clock.wrap("encoder", recognizer.encode_features)
+    recognizer.encode_features = encode
+    for part, method in (("features", "take_samples"), ("search", "search_frames"), ("text", "partial_text")):
+        setattr(stream, method, clock.wrap(part, getattr(stream, method)))
+    accept = clock.wrap("recognizer", stream.accept_waveform)
+    reference_cache: list = []
+    chunk = round(args.chunk_ms * SAMPLE_RATE / 1000)
+    chunks_per_minute = max(1, round(60 * 1000 / args.chunk_ms))
+    costs, facts = [], {}
+    for n, samples in enumerate(long_stream(files, args.minutes, args.pause_seconds, chunk)):
+        encoder_input.clear()
+        accept(samples)
+        clock.wrap("reference", _step_reference)(reference, encoder_input, reference_cache, args.device)
+        costs.append(clock.take())
+        if n + 1 == chunks_per_minute:
+            facts["peak after minute 1"] = status_kib("VmHWM") / 1024
+    facts["peak at the end"] = status_kib("VmHWM") / 1024
+    facts.setdefault("peak after minute 1", facts["peak at the end"])
+    facts["segments"] = len(stream.segments)
+    facts["words"] = sum(len(segment.text.split()) for segment in stream.segments)
+    facts["text chars"] = sum(len(segment.text) for segment in stream.segments)
+    facts["reference cache frames"] = reference_cache[0][0].shape[2] if reference_cache else 0
+    facts["chunks per minute"] = chunks_per_minute
+    return costs, facts
 
 
-@torch.no_grad()
-def mssm_stream(args: argparse.Namespace) -> dict:
-    """Mean ms per chunk over the first and the last minute, and the peak memory of a chunk in each."""
-    model, chunk = encoder("mssm", args), args.chunk_ms // 10
-    chunks_per_minute = 60 * FRAMES_PER_SECOND // chunk
-    total = args.minutes * chunks_per_minute
-    features = torch.randn(1, chunk, 80, device=args.device)
-    cache: dict = {}
-    times, memory = [], {}
-    for n in range(total):
-        start = time.perf_counter()
-        model.step(features, cache)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-        if n in (chunks_per_minute - 1, total - 1):  # the last chunk of minute 1 and of the stream
-            memory[n] = peak_memory_mib(lambda: model.step(features, cache), args.device)
-    first, last = times[:chunks_per_minute], times[-chunks_per_minute:]
-    return {"minute 1": (1000 * sum(first) / len(first), memory[chunks_per_minute - 1]),
-            f"minute {args.minutes}": (1000 * sum(last) / len(last), memory[total - 1])}
+def _step_reference(reference: CachedCausalTransformer, encoder_input: list[np.ndarray], cache: list,
+                    device: str) -> None:
+    """The reference stepped over the feature frames the recognizer's encoder took in this chunk (none: no step)."""
+    frames = [features for features in encoder_input if len(features)]
+    if frames:
+        features = torch.from_numpy(np.concatenate(frames)).to(device).unsqueeze(0)
+        reference.step(features[:, :features.shape[1] // reference.stride * reference.stride], cache)
 
 
-@torch.no_grad()
-def transformer_reencoding(args: argparse.Namespace) -> dict:
-    """ms (best of repeats) and peak memory of the chunk that ends minute 1 and the one that ends the stream."""
-    model, results = encoder("transformer", args), {}
-    for minute in (1, args.minutes):
-        frames = minute * 60 * FRAMES_PER_SECOND
-        features = torch.randn(1, frames, 80, device=args.device)
-        lengths = torch.tensor([frames], device=args.device)
-        run = lambda: model(features, lengths)  # noqa: E731
-        best = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            run()
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - start)
-        results[f"minute {minute}"] = (1000 * best, peak_memory_mib(run, args.device))
-    return results
+def table(costs: list[dict], facts: dict, args: argparse.Namespace) -> None:
+    per_minute = facts["chunks per minute"]
+    first, last = costs[:per_minute], costs[-per_minute:]
+    last_name = f"minute {args.minutes:g}" if len(costs) > per_minute else "minute 1 (the whole stream)"
+
+    def stats(chunks: list[dict], part: str, what: int) -> tuple[float, float]:
+        values = [1000 * chunk.get(part, (0.0, 0.0))[what] for chunk in chunks]
+        return statistics.median(values), statistics.fmean(values)
+
+    print(f"| ms per {args.chunk_ms:g} ms chunk | minute 1 wall median / mean | minute 1 CPU median / mean | "
+          f"{last_name} wall median / mean | {last_name} CPU median / mean | last / first (CPU median) |")
+    print("|---|---|---|---|---|---|")
+    left = f"{args.left_context_seconds:g} s"
+    labels = dict(LABELS, reference=f"reference: causal transformer, key/value cache capped at {left} (encoder only)")
+    for part in PARTS:
+        cells = [stats(chunks, part, what) for chunks in (first, last) for what in (0, 1)]
+        ratio = cells[3][0] / cells[1][0] if cells[1][0] else float("nan")
+        print(f"| {labels[part]} | " + " | ".join(f"{median:.2f} / {mean:.2f}" for median, mean in cells)
+              + f" | {ratio:.2f}x |")
+    peak1, peak = facts["peak after minute 1"], facts["peak at the end"]
+    print(f"\nprocess peak resident memory (VmHWM): {peak1:.1f} MiB after minute 1, {peak:.1f} MiB at the end "
+          f"({peak / peak1:.3f}x)")
+    print(f"stream at the end: {facts['segments']} segments ended, {facts['words']} words "
+          f"({facts['text chars']} characters) kept segment by segment; reference cache: "
+          f"{facts['reference cache frames']} frames per layer")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=int, default=10, help="length of the stream")
-    parser.add_argument("--chunk-ms", type=int, default=320, help="audio per chunk (a multiple of 40 ms)")
-    parser.add_argument("--layers", type=int, default=5)
-    parser.add_argument("--width", type=int, default=144)
-    parser.add_argument("--heads", type=int, default=4, help="attention heads of the transformer")
-    parser.add_argument("--state-size", type=int, default=16, help="MSSM state size")
-    add_measurement_arguments(parser, repeats=2)
-    args = parser.parse_args()
-    if args.chunk_ms % 40 or args.minutes < 2:
-        parser.error("--chunk-ms must be a multiple of 40 (4 frames of 10 ms: one encoder frame), --minutes >= 2")
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # see the docstring: memory measured per chunk
-        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536"))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
+                        help="a causal transducer checkpoint (default: the mini recipe's streaming model)")
+    parser.add_argument("--corpus-root", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--subset", default="test-mini", help="whose utterances make the stream")
+    parser.add_argument("--minutes", type=float, default=60.0, help="length of the stream (default 60)")
+    parser.add_argument("--chunk-ms", type=float, default=320.0)
+    parser.add_argument("--pause-seconds", type=float, default=1.0, help="noise after each utterance (default 1)")
+    parser.add_argument("--beam", type=int, default=4, help="1: greedy search (default 4, as the recipe decodes)")
+    parser.add_argument("--left-context-seconds", type=float, default=10.0,
+                        help="the reference transformer's key/value cache (default 10 s)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is the chunk's)")
+    args = parser.parse_args(argv)
+    if not (args.minutes > 0 and args.chunk_ms > 0 and args.pause_seconds >= 0 and args.left_context_seconds > 0):
+        parser.error("--minutes, --chunk-ms and --left-context-seconds must be positive, --pause-seconds >= 0")
     torch.set_num_threads(args.threads)
-    print(f"# One {args.chunk_ms} ms chunk of a {args.minutes}-minute stream: causal encoders, {args.layers} layers, "
-          f"width {args.width}, tr sub-sampler; device {args.device}, {args.threads} threads, torch "
-          f"{torch.__version__}\n")
-    rows = {"mssm streaming (state carried)": mssm_stream(args),
-            "transformer re-encoding (whole left context)": transformer_reencoding(args)}
-    print("| encoder | at | ms per chunk | peak MiB per chunk | real-time factor |")
-    print("|---|---|---|---|---|")
-    for name, results in rows.items():
-        for at, (ms, mib) in results.items():
-            print(f"| {name} | {at} | {ms:.2f} | {mib:.1f} | {ms / args.chunk_ms:.4f} |")
-    for name, results in rows.items():
-        (ms1, mib1), (ms10, mib10) = results.values()
-        memory = f"{mib10 / mib1:.2f}x" if min(mib1, mib10) >= 0.1 else f"{mib1:.1f} and {mib10:.1f} MiB"
-        print(f"\n{name}: minute {args.minutes} against minute 1: {ms10 / ms1:.2f}x time, memory {memory}", end="")
-    print()
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"# A {args.minutes:g}-minute stream of {args.subset} utterances with {args.pause_seconds:g} s pauses in "
+          f"{args.chunk_ms:g} ms chunks: {args.checkpoint}, beam {args.beam}, endpoints and word timestamps on; "
+          f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}; load average {load} at the "
+          f"start\n")
+    costs, facts = run(args)
+    table(costs, facts, args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -42,7 +42,13 @@ the sentences one by one (the first word of each restarted search is mostly the 
 
 Segments are cut at the encoder frames the stream has been given: a stream checks the rules after each chunk, so
 an endpoint falls up to one chunk after the rule's time. ``split_words`` applies rules 2 and 3 to a transcript's
-timed words (offline transcription, which has no search to restart).
+timed words (offline transcription, which has no search to restart). A stream counts rule 2's silence in blank
+frames after the last label's emission frame, while a timed word reaches over up to ``TAIL_FRAMES`` blank frames
+after it and the next word back over up to ``LEAD_FRAMES`` before its own (``search.word_timestamps``): the gap
+between two timed words is the blank run less those ``LEAD_FRAMES + TAIL_FRAMES`` frames (240 ms at 40 ms a
+frame), so ``split_words`` adds them back, at the model's frame duration, and cuts where a stream stepped frame by
+frame would (``silence_after_speech`` after the last emission frame; measured in the wrong unit, offline cut only
+after 1.04 s of blanks).
 
 Pure Python (no torch): the command line imports it before it knows whether it needs torch.
 """
@@ -52,6 +58,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from .search.word_timestamps import LEAD_FRAMES, TAIL_FRAMES
 from .transcripts import Segment, TimedWordLike
 
 DEFAULT_SILENCE_WITHOUT_SPEECH = 2.4  # seconds: rule 1
@@ -91,16 +98,27 @@ class EndpointRules:
         return None
 
 
-def split_words(words: Sequence[TimedWordLike], duration: float, rules: EndpointRules, text: str | None = None
-                ) -> list[Segment]:
+def split_words(words: Sequence[TimedWordLike], duration: float, rules: EndpointRules, text: str | None = None, *,
+                frame_seconds: float) -> list[Segment]:
     """A transcript's timed words over ``[0, duration]`` seconds -> its segments, cut by rules 2 and 3 as a stream
-    would cut them: after a word followed by at least ``silence_after_speech`` without a word (the segment ends
-    that long after the word's end), and before a word that would end more than ``max_segment`` after its segment's
-    start (the segment ends where that word starts). A segment's text is its words joined by spaces.
+    would cut them: after a word whose last emission frame is followed by at least ``silence_after_speech`` of
+    blank frames (the segment ends that long after that frame, which is never after the next word's first emission
+    frame; a next word whose time reaches back over the cut starts at the cut, as a stream's segment keeps its
+    words inside it), and before a word that would end more than ``max_segment`` after its segment's start (the
+    segment ends where that word starts). A segment's text is its words joined by spaces.
+
+    ``frame_seconds``: the model's encoder frame (``Recognizer.frame_seconds``): the words were timed by
+    ``search.word_timestamps``, whose leads and tails of blank frames (``LEAD_FRAMES``, ``TAIL_FRAMES``) hide that
+    much of each pause between words; the blank run after a word is the gap to the next word plus them (words that
+    touch had at most that many blank frames between them: no cut for a ``silence_after_speech`` that short).
 
     Segments cover ``[0, duration]`` without gap or overlap, in order; with no word, one segment holding
     ``text`` (default ``""``). ``text``: the transcript, when it is not only its words joined by spaces, is kept
     whole if there is no cut."""
+    if not (isinstance(frame_seconds, (int, float)) and math.isfinite(frame_seconds) and frame_seconds > 0):
+        raise ValueError(f"frame_seconds must be a positive number of seconds, got {frame_seconds!r}")
+    lead, tail = LEAD_FRAMES * frame_seconds, TAIL_FRAMES * frame_seconds
+    tolerance = 1e-6 * frame_seconds  # times are frame counts times frame_seconds: rounding only
     words = list(words)
     if not words:
         return [Segment(0.0, duration, text or "", [])]
@@ -108,8 +126,10 @@ def split_words(words: Sequence[TimedWordLike], duration: float, rules: Endpoint
     bounds = [0.0]
     for previous, word in zip(words, words[1:]):
         start = bounds[-1]
-        if word[1] - previous[2] >= rules.silence_after_speech:
-            bounds.append(min(previous[2] + rules.silence_after_speech, word[1]))
+        gap = word[1] - previous[2]
+        if gap > tolerance and gap + lead + tail >= rules.silence_after_speech - tolerance:
+            bounds.append(previous[2] - tail + rules.silence_after_speech)
+            word = _starting_at(word, bounds[-1])
         elif word[2] - start > rules.max_segment:
             bounds.append(word[1])
         else:
@@ -121,3 +141,10 @@ def split_words(words: Sequence[TimedWordLike], duration: float, rules: Endpoint
         return [Segment(0.0, duration, text, words)]
     return [Segment(start, max(start, end), " ".join(w[0] for w in group), group)
             for start, end, group in zip(bounds, bounds[1:], groups)]
+
+
+def _starting_at(word: TimedWordLike, start: float) -> TimedWordLike:
+    """``word`` starting no sooner than ``start`` (its own type: a ``TimedWord`` or a plain tuple)."""
+    if word[1] >= start:
+        return word
+    return word._replace(start=start) if hasattr(word, "_replace") else (word[0], start, word[2])

@@ -10,7 +10,8 @@
 
 A ``Recognizer`` holds what is loaded once and read, never changed, by what it serves: the model in eval mode,
 the dictionary, the config's feature transforms for evaluation splits, the generator (search settings, optional
-LM), the detokenizer and the frame duration for timestamps. A ``Stream`` (``ssm_fairseq.asr.stream``) holds one
+LM), the detokenizer (and each unit's piece of text, which streams' partial transcripts join incrementally) and
+the frame duration for timestamps. A ``Stream`` (``ssm_fairseq.asr.stream``) holds one
 stream's state; ``step_streams`` steps many streams' encoders as one batch (``ssm_fairseq.asr.stream_batch``);
 ``ssm_fairseq.asr.offline`` decodes files in padded batches.
 """
@@ -37,6 +38,7 @@ from . import offline, stream_batch
 from .checkpoint import load_checkpoint
 from .endpoints import EndpointRules
 from .features.transforms import NonFiniteFeaturesError, streaming_transform_problem, transformed
+from .incremental_text import unit_pieces
 from .options import DecodingOptions, choose_device, precision_dtype
 from .stream import Stream
 from .transcripts import TimedTranscript
@@ -75,6 +77,8 @@ class Recognizer:
         self.generator: TransducerGenerator = self._build_generator(cfg.task.data)
         self.dictionary = self.task.target_dictionary
         self.tokenizer = self.task.build_tokenizer(self.task.args)
+        # each unit's piece of text, for streams' incremental partial transcripts (incremental_text)
+        self.unit_pieces = unit_pieces(self.dictionary, self.generator.symbols_to_strip_from_output)
         self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
             self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])

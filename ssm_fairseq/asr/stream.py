@@ -50,6 +50,14 @@ before looked ahead into them, as their audio was there). Segments without a wor
 not kept, nor those after an endpoint whose labels all came at their first frame (a causal model's sentence-initial
 prior, emitted before any speech: ``ssm_fairseq.asr.endpoints`` says more). Without endpoints the utterance is one
 segment, from 0 to its length, kept even without a word.
+
+What a stream holds does not grow with its length, but for the segments it has ended (each its own text and words,
+joined only by ``finish``): the filterbank keeps less than a window of samples, the frames waiting for the encoder
+less than a sub-sampling group, the encoder a state of fixed size; the search, its language model's context and
+the partial transcript (``IncrementalText``, which detokenizes only the units after those the last chunk's best
+hypothesis shares, ``ssm_fairseq.asr.incremental_text``) are the segment's and start afresh at each endpoint, so
+with endpoints a chunk's work is bounded by the longest segment (``max_segment``, 20 s). Without endpoints the
+utterance is one segment, and its search grows with it.
 """
 from __future__ import annotations
 
@@ -69,6 +77,7 @@ from .features.audio_features import NUM_MEL_BINS, SAMPLE_RATE, AudioError, read
 from .features.filterbank import StreamingFilterbank
 from .features.transforms import NonFiniteFeaturesError
 from .samples import check_sample_range, chunk_samples
+from .incremental_text import IncrementalText
 from .search.hypothesis import Hypothesis
 from .transcripts import Segment, TimedTranscript, joined
 
@@ -126,6 +135,7 @@ class Stream:
         self.search = self.recognizer.generator.search(1, self.recognizer.device)
         self.segment_start = start_frame
         self.best: Hypothesis | None = None  # the segment's best hypothesis so far (``search.partial``)
+        self.text = IncrementalText(self.recognizer.unit_pieces)  # its partial transcript, kept unit by unit
 
     @contextlib.contextmanager
     def held(self, call: str) -> Iterator[None]:
@@ -226,8 +236,13 @@ class Stream:
         return self.best
 
     def partial_text(self) -> str:
-        """The partial transcript of the segment in progress (the utterance, without endpoints), in words."""
-        return self.recognizer.text(self.partial_hypothesis().tokens)
+        """The partial transcript of the segment in progress (the utterance, without endpoints), in words:
+        ``Recognizer.text`` of the best hypothesis, detokenizing only its units after those it shares with the last
+        chunk's (``IncrementalText``); with a pre-tokenizer, whose decoding is not per unit, the whole hypothesis."""
+        tokens = self.partial_hypothesis().tokens
+        if self.recognizer.tokenizer is not None:
+            return self.recognizer.text(tokens)
+        return self.text.text(tokens)
 
     @torch.no_grad()
     def _advance(self, final: bool) -> None:

@@ -28,6 +28,12 @@ row; a batch's size may change how the arithmetic is blocked, which moves encode
 A stepped stream is held (``Stream.held``) for the whole step: a call on it from another thread meanwhile is
 refused (``ConcurrentCallError``), as for one stream, and a stream held elsewhere refuses the step before any
 stream has changed.
+
+A stream whose features are not finite after the transforms (``NonFiniteFeaturesError``: the audio passed the
+sample checks, but a transform made NaN or inf) fails alone: the other streams are stepped as without it, and the
+step then raises ``StreamsFailedError`` with their partial transcripts (``partials``) and each failed stream's
+error (``errors``, naming the stream's position and source); reset a failed stream (``Stream.reset``) before using
+it again, as after that error on one stream.
 """
 from __future__ import annotations
 
@@ -38,10 +44,24 @@ import numpy as np
 import torch
 
 from .encoder.step_cache import split_cache, stack_caches, stack_key
+from .features.transforms import NonFiniteFeaturesError
 
 if TYPE_CHECKING:
     from .recognizer import Recognizer
     from .stream import Stream
+
+
+class StreamsFailedError(ValueError):
+    """Streams of a step that failed alone (their features were not finite); the others were stepped.
+
+    ``errors``: each failed stream's ``NonFiniteFeaturesError``, whose note names its position in the step and its
+    source; ``partials``: the other streams' partial transcripts, which ``step_streams`` would have returned."""
+
+    def __init__(self, errors: dict[Stream, Exception], partials: dict[Stream, str]):
+        super().__init__("; ".join(f"{error} {' '.join(getattr(error, '__notes__', []))}".strip()
+                                   for error in errors.values())
+                         + f" ({len(partials)} other stream(s) stepped: their partial transcripts are in .partials)")
+        self.errors, self.partials = errors, partials
 
 
 def step_streams(recognizer: Recognizer, chunks: Mapping[Stream, np.ndarray | torch.Tensor],
@@ -52,9 +72,9 @@ def step_streams(recognizer: Recognizer, chunks: Mapping[Stream, np.ndarray | to
     ``sources``: each stream's source, as ``accept_waveform``'s ``source`` (missing: None). Every chunk is checked
     before any stream changes (``StreamInProgressError`` for another source's chunk, ``SampleRangeError`` and
     ``ValueError`` for samples that are beyond [-1, 1], not 1-D floats or not finite; the error's note names the
-    stream's position in ``chunks``); ``ValueError`` for a stream of another recognizer. Features that are not
-    finite after the transforms (``NonFiniteFeaturesError``: ``reset`` that stream) stop the step at that stream:
-    the streams before it keep their frames waiting, which their next step takes.
+    stream's position in ``chunks``); ``ValueError`` for a stream of another recognizer. A stream whose features
+    are not finite after the transforms fails alone: the others are stepped, then ``StreamsFailedError`` gives
+    their partial transcripts (``partials``) and the failed streams' errors (``errors``; ``reset`` those streams).
     """
     sources = sources or {}
     streams = list(chunks)
@@ -70,10 +90,20 @@ def step_streams(recognizer: Recognizer, chunks: Mapping[Stream, np.ndarray | to
             except (ValueError, RuntimeError) as error:  # RuntimeError: StreamInProgressError
                 error.add_note(f"(the chunk of stream {position} of the step; no stream has changed)")
                 raise
-        for stream in streams:
-            stream.take_samples(chunks[stream], sources.get(stream))
-        encode_together(recognizer, streams)
-        return {stream: stream.partial_text() for stream in streams}
+        errors: dict[Stream, Exception] = {}
+        for position, stream in enumerate(streams):
+            try:
+                stream.take_samples(chunks[stream], sources.get(stream))
+            except NonFiniteFeaturesError as error:
+                error.add_note(f"(stream {position} of the step, source {sources.get(stream)!r}: reset() it; the "
+                               f"other streams were stepped)")
+                errors[stream] = error
+        stepped = [stream for stream in streams if stream not in errors]
+        encode_together(recognizer, stepped)
+        partials = {stream: stream.partial_text() for stream in stepped}
+        if errors:
+            raise StreamsFailedError(errors, partials)
+        return partials
 
 
 def _group_key(stream: Stream, frames: np.ndarray) -> tuple[int, Hashable]:
