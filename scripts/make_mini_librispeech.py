@@ -3,7 +3,9 @@
 Sentences come from a small grammar of its own (about 200 words, 4 to 12 words a sentence, upper case, no
 punctuation). Each speaker is one espeak-ng voice at one speaking rate and pitch; every speaker reads in train,
 and dev and test are read by the same speakers. Dev and test sentences never occur in train, but every one of
-their words does. Audio is resampled to 16 kHz, trimmed of leading and trailing silence and stored as 8-bit FLAC
+their words does. One more test subset, ``test-unheard`` (``--test-unheard N``), is read by speakers whose voices
+(``UNHEARD_VOICES``: other accents and a variant that no training speaker has) read nowhere else: how a model
+does on a voice it never heard. Its sentences are drawn after test-large's, so no other subset depends on it. Audio is resampled to 16 kHz, trimmed of leading and trailing silence and stored as 8-bit FLAC
 (rounded, no dither, highest compression), about 6 KB a second. The output, for ``--out recipes/librispeech/mini``::
 
     recipes/librispeech/mini/README.md
@@ -12,7 +14,9 @@ their words does. Audio is resampled to 16 kHz, trimmed of leading and trailing 
     ...
 
 Run from the repository root: ``python scripts/make_mini_librispeech.py``. Same seed, same corpus (given the
-same espeak-ng version).
+same espeak-ng version). ``--subsets test-unheard`` (re)writes only the subsets named, into an existing corpus,
+leaving the others' files as they are; the README is rewritten, with the durations of the subsets not written
+read from their files.
 
 ``--lm-text FILE --lm-sentences N`` writes instead (no audio, no espeak-ng) N more sentences of the grammar, one per
 line, none of them a dev or test sentence of the corpus of that ``--seed``: a language-model corpus for the mini
@@ -37,7 +41,9 @@ import torch
 import torchaudio
 
 SAMPLE_RATE = 16000
-SUBSETS = ("train-mini", "dev-mini", "test-mini", "test-large")
+SUBSETS = ("train-mini", "dev-mini", "test-mini", "test-large")  # read by the speakers of VOICES
+UNHEARD_SUBSET = "test-unheard"  # read by the speakers of UNHEARD_VOICES alone
+ALL_SUBSETS = SUBSETS + (UNHEARD_SUBSET,)
 MIN_WORDS, MAX_WORDS = 4, 12
 
 # --- The grammar. Nouns are (singular, plural) pairs; places only take the singular. ---
@@ -74,6 +80,9 @@ TEMPLATE_WORDS = ("AN", "AND", "WAS", "WERE", "THERE", "WITH")
 VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-029", "en-us+f2", "en-gb+f3")
 RATES = range(160, 201, 10)  # words per minute
 PITCHES = range(30, 71, 5)  # espeak-ng's 0-99 scale, 50 by default
+# Voices no speaker of VOICES has, for test-unheard: a Scottish and a New York accent, the latter with a variant
+# (f4) that no training speaker uses.
+UNHEARD_VOICES = ("en-gb-scotland", "en-us-nyc+f4")
 
 
 def vocabulary() -> set[str]:
@@ -185,9 +194,11 @@ def lm_sentences(count: int, held_out: set[str], seed: int) -> list[str]:
     return sentences
 
 
-def make_splits(n_train: int, n_dev: int, n_test: int, seed: int, n_test_large: int = 0) -> dict[str, list[str]]:
-    """Sentences per subset: distinct sentences throughout, dev and test only use words seen in train.
-    ``test-large`` is drawn last, so the other subsets do not depend on its size.
+def make_splits(n_train: int, n_dev: int, n_test: int, seed: int, n_test_large: int = 0,
+                n_test_unheard: int = 0) -> dict[str, list[str]]:
+    """Sentences per subset (``ALL_SUBSETS``): distinct sentences throughout, dev and test only use words seen in
+    train. ``test-large`` and then ``test-unheard`` are drawn last, so the other subsets do not depend on their
+    sizes.
 
     Pure: the same arguments give the same sentences. Raises ``ValueError`` when about 100 draws per sentence
     do not find enough of them.
@@ -196,7 +207,7 @@ def make_splits(n_train: int, n_dev: int, n_test: int, seed: int, n_test_large: 
     seen: set[str] = set()
     splits: dict[str, list[str]] = {}
     train_words: set[str] = set()
-    for subset, count in zip(SUBSETS, (n_train, n_dev, n_test, n_test_large)):
+    for subset, count in zip(ALL_SUBSETS, (n_train, n_dev, n_test, n_test_large, n_test_unheard)):
         sentences: list[str] = []
         for _ in range(100 * count + 1000):
             if len(sentences) == count:
@@ -249,25 +260,44 @@ def make_speakers(seed: int) -> list[Speaker]:
     return [Speaker(101 + i, voice, rng.choice(RATES), rng.choice(PITCHES)) for i, voice in enumerate(VOICES)]
 
 
-def assign(splits: dict[str, list[str]], speakers: list[Speaker], seed: int) -> list[Utterance]:
-    """Deal each subset's sentences round-robin to the speakers; a speaker reads one or two chapters in train
-    and one in dev and in test.
+def make_unheard_speakers(seed: int) -> list[Speaker]:
+    """One speaker per voice in ``UNHEARD_VOICES`` (ids after ``make_speakers``'), with a seeded rate and pitch
+    each, drawn from the training speakers' ranges: only the voice is new."""
+    rng = random.Random(f"{seed}:unheard-speakers")
+    first = 101 + len(VOICES)
+    return [Speaker(first + i, voice, rng.choice(RATES), rng.choice(PITCHES)) for i, voice in enumerate(UNHEARD_VOICES)]
 
-    Chapter ids are unique across the corpus (1001, 1002, ...); utterances are numbered from 1 per chapter.
+
+def assign(splits: dict[str, list[str]], speakers: list[Speaker], seed: int,
+           unheard_speakers: list[Speaker] | None = None) -> list[Utterance]:
+    """Deal each subset's sentences round-robin to its speakers (``unheard_speakers`` for ``test-unheard``,
+    ``speakers`` for the others); a speaker reads one or two chapters in train and one in every other subset.
+
+    Chapter ids are unique across the corpus (1001, 1002, ...), numbered in ``ALL_SUBSETS``' order (so the
+    subsets before ``test-unheard`` keep theirs whatever it holds); utterances are numbered from 1 per chapter.
     """
     rng = random.Random(f"{seed}:chapters")
     utterances: list[Utterance] = []
     next_chapter = 1001
     for subset, sentences in splits.items():
+        if subset == UNHEARD_SUBSET:
+            if unheard_speakers is None:
+                if sentences:
+                    raise ValueError(f"{len(sentences)} {UNHEARD_SUBSET} sentences and no unheard_speakers to "
+                                     "read them")
+                continue
+            readers = unheard_speakers
+        else:
+            readers = speakers
         chapters = {}
-        for speaker in speakers:
+        for speaker in readers:
             count = rng.choice((1, 2)) if subset == SUBSETS[0] else 1
             chapters[speaker.id] = list(range(next_chapter, next_chapter + count))
             next_chapter += len(chapters[speaker.id])
         counts: dict[int, int] = {}
         for i, text in enumerate(sentences):
-            speaker = speakers[i % len(speakers)]
-            turn = i // len(speakers)
+            speaker = readers[i % len(readers)]
+            turn = i // len(readers)
             chapter = chapters[speaker.id][turn % len(chapters[speaker.id])]
             counts[chapter] = counts.get(chapter, 0) + 1
             utterances.append(Utterance(subset, speaker, chapter, counts[chapter], text))
@@ -309,8 +339,9 @@ def write_flac(path: Path, audio: np.ndarray) -> None:
 
 
 def write_corpus(utterances: list[Utterance], root: Path, log_every: int) -> dict[str, float]:
-    """Synthesise every utterance under ``root`` with one sorted ``.trans.txt`` per chapter; seconds per subset."""
-    seconds = dict.fromkeys(SUBSETS, 0.0)
+    """Synthesise every utterance under ``root`` with one sorted ``.trans.txt`` per chapter; seconds per subset
+    written."""
+    seconds = dict.fromkeys(sorted({utterance.subset for utterance in utterances}, key=ALL_SUBSETS.index), 0.0)
     transcripts: dict[Path, list[str]] = {}
     for n, utterance in enumerate(utterances, 1):
         folder = root / utterance.folder
@@ -334,11 +365,19 @@ def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
+def subset_seconds(folder: Path) -> float:
+    """Seconds of audio in the FLAC files of one subset already written (from their headers)."""
+    return sum(sf.info(str(path)).duration for path in folder.rglob("*.flac"))
+
+
 def write_readme(out: Path, command: str, speakers: list[Speaker], splits: dict[str, list[str]],
-                 seconds: dict[str, float]) -> None:
+                 seconds: dict[str, float], unheard_speakers: list[Speaker]) -> None:
     """``out/README.md``: how the corpus was made, its speakers, split sizes, duration and size."""
-    rows = "\n".join(f"| {subset} | {len(splits[subset])} | {seconds[subset] / 60:.1f} |" for subset in SUBSETS)
-    voices = "\n".join(f"| {s.id} | `{s.voice}` | {s.rate} | {s.pitch} |" for s in speakers)
+    subsets = [subset for subset in ALL_SUBSETS if splits[subset]]
+    rows = "\n".join(f"| {subset} | {len(splits[subset])} | {seconds[subset] / 60:.1f} |" for subset in subsets)
+    voices = "\n".join(f"| {s.id} | `{s.voice}` | {s.rate} | {s.pitch} | "
+                       f"{UNHEARD_SUBSET if s in unheard_speakers else ', '.join(SUBSETS)} |"
+                       for s in speakers + (unheard_speakers if splits[UNHEARD_SUBSET] else []))
     version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout
     version = version.split("Data at")[0].strip()  # "eSpeak NG text-to-speech: 1.51"
     words = {word for sentences in splits.values() for text in sentences for word in text.split()}
@@ -350,8 +389,10 @@ A small synthetic speech corpus in LibriSpeech layout for the RNN-T demo, made w
 
 The sentences are synthetic text from the script's own grammar (upper case, no punctuation, {MIN_WORDS} to
 {MAX_WORDS} words, {len(words)} distinct words), read by {version}. No dev or test sentence occurs in
-train, but all their words do. Every speaker reads in every subset, so dev and test measure new sentences
-from known speakers, not new speakers.
+train, but all their words do. Every speaker of train reads in every subset but {UNHEARD_SUBSET}, so dev,
+test-mini and test-large measure new sentences from known speakers, not new speakers; {UNHEARD_SUBSET} (if
+written) is read by speakers whose voices read nowhere else (espeak-ng voices no training speaker has, at rates
+and pitches from the training speakers' ranges): new sentences from new voices.
 
 Audio: 16 kHz mono FLAC, 8-bit (rounded, no dither), leading and trailing silence trimmed to a 50 ms margin.
 {sum(seconds.values()) / 60:.1f} minutes, {folder_bytes(out / "LibriSpeech")} bytes in `LibriSpeech/`.
@@ -362,8 +403,8 @@ Audio: 16 kHz mono FLAC, 8-bit (rounded, no dither), leading and trailing silenc
 
 Each speaker is one espeak-ng voice at one speaking rate (words per minute) and pitch (0-99):
 
-| speaker | voice | rate | pitch |
-|---|---|---|---|
+| speaker | voice | rate | pitch | reads |
+|---|---|---|---|---|
 {voices}
 """)
 
@@ -378,8 +419,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test-large", type=int, default=600,
                         help="test-large utterances: more test sentences from the same speakers, whose WER varies "
                              "about a third as much by chance as test-mini's 60 do")
+    parser.add_argument("--test-unheard", type=int, default=120,
+                        help=f"{UNHEARD_SUBSET} utterances: held-out sentences read by the voices of "
+                             f"{', '.join(UNHEARD_VOICES)}, which no other subset has (0: no such subset)")
+    parser.add_argument("--subsets", default=None,
+                        help=f"comma-separated subsets to (re)write into an existing OUT/LibriSpeech, leaving the "
+                             f"others as they are (default: the whole corpus); e.g. --subsets {UNHEARD_SUBSET}")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--force", action="store_true", help="replace an existing OUT/LibriSpeech")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing OUT/LibriSpeech (with --subsets: those subsets' folders)")
     parser.add_argument("--log-every", type=int, default=50, help="log progress every N utterances")
     parser.add_argument("--lm-text", type=Path, default=None,
                         help="write --lm-sentences grammar sentences (no dev or test sentence) to this file, "
@@ -387,9 +435,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lm-sentences", type=int, default=20000, help="sentences of --lm-text")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    splits = make_splits(args.train, args.dev, args.test, args.seed, args.test_large, args.test_unheard)
     if args.lm_text is not None:
-        splits = make_splits(args.train, args.dev, args.test, args.seed, args.test_large)
-        held_out = {text for subset in SUBSETS[1:] for text in splits[subset]}
+        held_out = {text for subset in ALL_SUBSETS[1:] for text in splits[subset]}
         args.lm_text.write_text("".join(f"{text}\n" for text in lm_sentences(args.lm_sentences, held_out, args.seed)))
         logging.info("wrote %d sentences to %s", args.lm_sentences, args.lm_text)
         return
@@ -397,17 +445,39 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("espeak-ng") is None:
         parser.error("espeak-ng is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
     root = args.out / "LibriSpeech"
-    if root.exists():
-        if not args.force:
-            parser.error(f"{root} exists; pass --force to replace it")
-        shutil.rmtree(root)
+    chosen = [subset for subset in ALL_SUBSETS if splits[subset]] if args.subsets is None else \
+        [subset for subset in args.subsets.split(",") if subset]
+    unknown = [subset for subset in chosen if subset not in ALL_SUBSETS or not splits[subset]]
+    if unknown:
+        parser.error(f"--subsets: {', '.join(unknown)} is not a subset of this corpus (its subsets: "
+                     f"{', '.join(subset for subset in ALL_SUBSETS if splits[subset])})")
+    if args.subsets is None:
+        if root.exists():
+            if not args.force:
+                parser.error(f"{root} exists; pass --force to replace it")
+            shutil.rmtree(root)
+    else:
+        missing = [subset for subset in ALL_SUBSETS if splits[subset] and subset not in chosen
+                   and not (root / subset).is_dir()]
+        if missing:
+            parser.error(f"--subsets writes into an existing corpus, and {root} lacks {', '.join(missing)}: "
+                         "write the whole corpus first (no --subsets)")
+        present = [subset for subset in chosen if (root / subset).exists()]
+        if present and not args.force:
+            parser.error(f"{', '.join(str(root / subset) for subset in present)} exists; pass --force to replace it")
+        for subset in present:
+            shutil.rmtree(root / subset)
 
-    splits = make_splits(args.train, args.dev, args.test, args.seed, args.test_large)
-    speakers = make_speakers(args.seed)
-    seconds = write_corpus(assign(splits, speakers, args.seed), root, args.log_every)
+    speakers, unheard_speakers = make_speakers(args.seed), make_unheard_speakers(args.seed)
+    utterances = [utterance for utterance in assign(splits, speakers, args.seed, unheard_speakers)
+                  if utterance.subset in chosen]
+    seconds = write_corpus(utterances, root, args.log_every)
+    seconds.update({subset: subset_seconds(root / subset) for subset in ALL_SUBSETS
+                    if splits[subset] and subset not in seconds})
     command = (f"python scripts/make_mini_librispeech.py --out {args.out} --train {args.train} --dev {args.dev} "
-               f"--test {args.test} --test-large {args.test_large} --seed {args.seed}")
-    write_readme(args.out, command, speakers, splits, seconds)
+               f"--test {args.test} --test-large {args.test_large} --test-unheard {args.test_unheard} "
+               f"--seed {args.seed}")
+    write_readme(args.out, command, speakers, splits, seconds, unheard_speakers)
     logging.info("wrote %s: %s minutes, %d bytes", args.out, {k: round(v / 60, 1) for k, v in seconds.items()},
                  folder_bytes(args.out))
 

@@ -62,6 +62,13 @@ class DecodingOptions:
             context on each side; utterance CMVN per window or over the file (``windowing.Windowing``).
         pause_seconds: if positive, offline transcription cuts every file where its audio pauses at least this long
             and decodes the pieces as utterances (``windowing.Windowing``, ``pause_segments``); 0: off.
+        cmvn_stats: global CMVN statistics (a ``gcmvn.npz``: ``mean`` and ``std`` per bin) to normalise with in
+            place of the data directory's CMVN (global, utterance or adaptive): a model trained on utterance CMVN
+            decoded with its training set's global statistics. None: the config's CMVN.
+        cmvn_adapt_frames: streaming-adaptive CMVN (``features.adaptive_cmvn``): after global CMVN (``cmvn_stats``',
+            else the config's), each frame normalised by the running statistics of its utterance (or stream) up to
+            it, pooled with this many frames (``>= 0``) of the training set's; ``inf``: global CMVN alone. None:
+            the config's CMVN. ``features.transforms.decoding_transforms`` applies both.
 
     Raises ``ValueError`` naming the first option out of its range.
     """
@@ -83,6 +90,8 @@ class DecodingOptions:
     window_context_seconds: float = Windowing.window_context_seconds
     window_cmvn: str = Windowing.window_cmvn
     pause_seconds: float = Windowing.pause_seconds
+    cmvn_stats: Path | str | None = None
+    cmvn_adapt_frames: float | None = None
 
     def __post_init__(self):
         for name in ("beam", "max_symbols_per_frame", "max_tokens", "batch_size"):
@@ -98,6 +107,11 @@ class DecodingOptions:
         if self.ilm_weight and (self.ilm_path is None or self.lm_path is None or not self.lm_weight):
             raise ValueError(f"ilm_weight {self.ilm_weight} needs ilm_path (the transcripts' bigram) and a fused "
                              f"language model (lm_path, lm_weight above 0): LODR corrects shallow fusion")
+        if self.cmvn_adapt_frames is not None and (
+                isinstance(self.cmvn_adapt_frames, bool) or not isinstance(self.cmvn_adapt_frames, (int, float))
+                or math.isnan(self.cmvn_adapt_frames) or self.cmvn_adapt_frames < 0):
+            raise ValueError(f"cmvn_adapt_frames must be a number of frames >= 0 (or inf: global CMVN alone), got "
+                             f"{self.cmvn_adapt_frames!r}")
         self.windowing  # ValueError naming the window option out of range
 
     @property
@@ -118,6 +132,17 @@ class DecodingOptions:
         if self.ilm_weight:
             searching += f", LODR bigram {self.ilm_path} (weight {self.ilm_weight})"
         return searching
+
+    def describe_cmvn(self) -> str | None:
+        """The CMVN the options set, in words, for the log (None: the config's): ``"global CMVN (gcmvn.npz), adapted
+        with a prior of 300 frames"``."""
+        if self.cmvn_stats is None and self.cmvn_adapt_frames is None:
+            return None
+        stats = self.cmvn_stats or "the statistics config.yaml names"
+        described = f"global CMVN ({stats})"
+        if self.cmvn_adapt_frames is not None and not math.isinf(self.cmvn_adapt_frames):
+            described += f", adapted with a prior of {self.cmvn_adapt_frames:g} frames"
+        return described
 
 
 def choose_device(device: str | torch.device | None) -> torch.device:

@@ -29,7 +29,8 @@ without its extension), which subtitles of several files need.
 
 The checkpoint (``--task speech_transducer``, any ``*_transducer`` architecture, averaged or not) names its data
 directory and ``config.yaml`` (``--data-dir`` replaces it when the checkpoint has moved machines); features are
-those of training (``ssm_fairseq.asr.features.audio_features``, then the config's transforms for evaluation splits),
+those of training (``ssm_fairseq.asr.features.audio_features``, then the config's transforms for evaluation splits;
+``--cmvn-stats NPZ`` and ``--cmvn-adapt FRAMES`` replace its CMVN: ``ssm_fairseq.asr.features.adaptive_cmvn``),
 and files are batched and decoded as ``fairseq-generate`` batches a manifest (``ssm_fairseq.asr.offline``), with
 the units joined into words as ``--post-process sentencepiece`` joins them. Every file is checked before decoding:
 missing, unreadable, empty or too long ones are all named in one error, and none is skipped. File names holding a
@@ -104,6 +105,14 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SECONDS", help="offline: cut each file where its audio pauses at least this long and "
                         "transcribe the pieces as utterances (default 0: off; 0.25-0.5 for recordings of several "
                         "sentences, which a model trained on single sentences transcribes badly whole)")
+    parser.add_argument("--cmvn-stats", default=None, metavar="NPZ",
+                        help="normalise with these global CMVN statistics (a gcmvn.npz of the training audio) in "
+                             "place of the data directory's CMVN (default: the config's)")
+    parser.add_argument("--cmvn-adapt", dest="cmvn_adapt_frames", type=float, default=None, metavar="FRAMES",
+                        help="streaming-adaptive CMVN: after global CMVN (--cmvn-stats', else the config's), each "
+                             "frame normalised by its utterance's running statistics up to it, pooled with FRAMES "
+                             "frames (>= 0; 10 ms each) of the training set's; inf: global CMVN alone "
+                             "(default: the config's CMVN)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help=f"most feature frames (10 ms) in a batch (default {DEFAULT_MAX_TOKENS} unless "
                              "--batch-size is given)")
@@ -187,6 +196,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.asr.Recognizer from Python)")
     if args.pause_seconds and (args.stream or args.onnx is not None):
         parser.error("--split-at-pauses cuts files offline with --checkpoint; a stream is cut by --endpoints")
+    if args.onnx is not None and (args.cmvn_stats is not None or args.cmvn_adapt_frames is not None):
+        parser.error("--cmvn-stats and --cmvn-adapt set the features of --checkpoint; an --onnx directory applies the "
+                     "CMVN it was exported with")
+    if args.cmvn_adapt_frames is not None:
+        try:
+            DecodingOptions(cmvn_adapt_frames=args.cmvn_adapt_frames)
+        except ValueError as error:
+            parser.error(f"--cmvn-adapt: {error}")
     if args.chunk_ms is not None and not args.stream:
         parser.error("--chunk-ms sets the chunks of --stream; add --stream")
     if args.stream and args.onnx is None:
@@ -267,10 +284,11 @@ def load_recognizer(args: argparse.Namespace) -> Recognizer:
 
 
 def _file_segments(text: str, words: list, duration: float, rules: EndpointRules | None,
-                   timestamps: bool) -> list[Segment]:
-    """An offline transcript -> its segments: one, ``[0, duration]``, or those ``rules`` cut (``split_words``);
-    the words kept with ``timestamps`` only."""
-    segments = [Segment(0.0, duration, text, words)] if rules is None else split_words(words, duration, rules, text)
+                   timestamps: bool, frame_seconds: float) -> list[Segment]:
+    """An offline transcript -> its segments: one, ``[0, duration]``, or those ``rules`` cut (``split_words``, at the
+    model's ``frame_seconds`` per encoder frame); the words kept with ``timestamps`` only."""
+    segments = [Segment(0.0, duration, text, words)] if rules is None else \
+        split_words(words, duration, rules, text, frame_seconds=frame_seconds)
     return segments if timestamps else [segment._replace(words=[]) for segment in segments]
 
 
@@ -287,7 +305,7 @@ def transcribe_files(args: argparse.Namespace) -> None:
         info = soundfile.info(path)
         text, words = transcript if timed else (transcript, [])
         output.add(path, _file_segments(text, words, info.frames / info.samplerate, args.endpoint_rules,
-                                        args.timestamps))
+                                        args.timestamps, recognizer.frame_seconds))
     output.close()
     logger.info(f"transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s")
 
