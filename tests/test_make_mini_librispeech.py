@@ -109,7 +109,7 @@ def test_committed_corpus_has_librispeech_layout():
     assert len(set(held_out)) == len(held_out) and not set(texts["train-mini"].values()) & set(held_out)
     assert texts == _made_by_the_generator()  # the committed transcripts are the generator's (seed 1)
     size = sum(path.stat().st_size for path in CORPUS.rglob("*") if path.is_file())
-    assert size <= 17_000_000
+    assert size <= 18_500_000
 
 
 def _made_by_the_generator() -> dict[str, dict[str, str]]:

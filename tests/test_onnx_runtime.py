@@ -207,6 +207,27 @@ def test_transcribe_run_writes_the_command_lines_outputs(exported, capsys):
     assert run(refused, Output(refused)) == 1
 
 
+def test_transcribe_run_cuts_segments_at_endpoints_offline(exported, capsys):
+    """``--onnx --endpoints`` offline: each file's segments are ``split_words`` of the recognizer's timed words with
+    the exported model's frame (the segments a checkpoint's recognizer would write from the same words)."""
+    from ssm_fairseq.asr.endpoints import split_words
+    from ssm_fairseq.asr.segment_formats import format_json
+    from ssm_fairseq.cli.transcribe import Output, parse_args
+    from ssm_fairseq.deploy.transcribe import run, stream_duration
+
+    _, _, out, files, _ = exported
+    recognizer = OnnxRecognizer(out, **SEARCHES["greedy"])
+    args = parse_args(["--checkpoint", "unused", "--beam", "1", "--max-symbols-per-frame", "2", "--blank-penalty",
+                       "20", "--endpoints", "--endpoint-silence-after-speech", "0.2", "--format", "json",
+                       *map(str, files)])
+    args.onnx, args.onnx_precision = str(out), "fp32"
+    assert run(args, Output(args)) == 0
+    expected = [(str(f), split_words(t.words, stream_duration(str(f)), args.endpoint_rules, t.text,
+                                     frame_seconds=recognizer.frame_seconds))
+                for f, t in zip(files, recognizer.transcribe(files, timestamps=True))]
+    assert capsys.readouterr().out == format_json(expected, False)
+
+
 TORCH_BLOCKED_COMMAND = TORCH_BLOCKED.split("import json")[0] + """
 from ssm_fairseq.cli.transcribe import main
 code = main(sys.argv[1:])

@@ -35,16 +35,16 @@ def unsupported(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _segments(transcript, duration: float, args: argparse.Namespace) -> list[Segment]:
-    """A file's ``TimedTranscript`` -> its segments: one over ``[0, duration]``, or those ``--endpoints`` cuts; the
-    words kept with ``--timestamps`` only."""
+def _segments(transcript, duration: float, args: argparse.Namespace, frame_seconds: float) -> list[Segment]:
+    """A file's ``TimedTranscript`` -> its segments: one over ``[0, duration]``, or those ``--endpoints`` cuts (the
+    model's encoder frame ``frame_seconds`` long); the words kept with ``--timestamps`` only."""
     rules = getattr(args, "endpoint_rules", None)
     if rules is None:
         segments = [Segment(0.0, duration, transcript.text, list(transcript.words))]
     else:
         from ..asr.endpoints import split_words
 
-        segments = split_words(transcript.words, duration, rules, transcript.text)
+        segments = split_words(transcript.words, duration, rules, transcript.text, frame_seconds=frame_seconds)
     return segments if args.timestamps else [segment._replace(words=[]) for segment in segments]
 
 
@@ -78,10 +78,10 @@ def transcribe(args: argparse.Namespace, output) -> None:
                 transcript = stream.stream_file(path, chunk_ms, show)
             except ValueError as error:
                 raise InputError([f"{path}: {error}"]) from error
-            output.add(path, _segments(transcript, stream_duration(path), args))
+            output.add(path, _segments(transcript, stream_duration(path), args, recognizer.frame_seconds))
     else:
         for path, transcript in zip(args.audio, recognizer.transcribe(args.audio, timestamps=True)):
-            output.add(path, _segments(transcript, stream_duration(path), args))
+            output.add(path, _segments(transcript, stream_duration(path), args, recognizer.frame_seconds))
     output.close()
     logger.info(f"transcribed {len(args.audio)} files in {time.perf_counter() - start:.1f} s")
 
