@@ -84,22 +84,27 @@ class CountingLanguageModel:
 
 @pytest.mark.parametrize("search", ["beam", "modified beam"])
 def test_lm_steps_once_per_round_whatever_the_prefix_lengths(search):
-    """lstm_lm (a fixed-size state) and spade_lm (its window caches concatenated with a per-row key mask): every
-    expansion round is one LM call, with prefixes of several lengths in it; transformer_lm (whose keys and values
-    grow with the prefix): one call per length."""
+    """lstm_lm (a fixed-size state) and spade_lm (its window caches concatenated with a per-row key mask): the rows
+    whose scores a round asks for step in one LM call, with prefixes of several lengths in it; transformer_lm (whose
+    keys and values grow with the prefix): one call per length. The steps wait until a round asks for the rows'
+    scores, so hypotheses dropped before that never run the LM: fewer rows step than the search made."""
     torch.manual_seed(12)
     model = tiny_model(vocab=LM_VOCAB, blank=BLANK, sharpness=2.0)  # blanks too: prefixes of several lengths
+    with torch.no_grad():
+        model.joiner.output.bias[BLANK] -= 1.0  # labels often enough that rows of several lengths wait together
     encoder_out = torch.randn(3, 8, ENCODER_DIM, dtype=torch.float64)
     lengths = torch.tensor([8, 6, 5])
     beam, limit = SEARCHES[search]
     for arch in ("lstm_lm", "spade_lm", "transformer_lm"):
         counting = CountingLanguageModel(language_model(arch))
         fusion = LanguageModelFusion(counting.lm, 0.5, BLANK, EOS)
-        rounds = []
-        advance = fusion.advance
-        fusion.advance = lambda rows, labels: rounds.append(len(rows)) or advance(rows, labels)
+        made, rounds = [], []  # rows the search made (fusion.advance); rows stepped together (states.advance)
+        advance, step = fusion.advance, fusion.states.advance
+        fusion.advance = lambda rows, labels: made.append(len(rows)) or advance(rows, labels)
+        fusion.states.advance = lambda rows, labels: rounds.append(len(rows)) or step(rows, labels)
         beam_search(model, encoder_out, lengths, beam, limit, suppress=SUPPRESS, fusion=fusion)
         assert len(rounds) >= 4
+        assert sum(rounds) < sum(made)
         steps = counting.steps[1:]  # the first fed </s> to every utterance
         if arch != "transformer_lm":
             assert len(steps) == len(rounds)

@@ -13,9 +13,13 @@ first ``--stream-utterances`` utterances.
 
 Each search runs in a fresh process, its plain and fused passes interleaved (one of each, ``--repeats`` times, after a
 warm-up of each), so that a machine busy with something else slows both alike; the times are the medians of those
-passes, the ratio theirs. Peak memory is measured in a fresh process per search and kind (``measurement.py``). Run it
-under ``flock /tmp/cpu.lock`` on a shared machine. To compare two versions of the search, run this script with
-``PYTHONPATH`` set to each checkout: it uses only ``TransducerGenerator`` and the encoder.
+passes, the ratio theirs. Beside the wall-clock ratio, the ratio of the process's CPU time (``time.process_time``):
+on a machine loaded by other work it moves less than wall time (with ``--threads 1`` it counts only this work).
+Peak memory is measured in a fresh process per search and kind (``measurement.py``). Run it under
+``flock /tmp/cpu.lock`` on a shared machine. To compare two versions of the search, ``--baseline ROOT`` (a checkout,
+e.g. ``git worktree add /tmp/base HEAD``) measures each search with ``ROOT``'s ``ssm_fairseq`` too, in a child
+started just before this checkout's (this script, ``PYTHONPATH=ROOT``): it uses only ``TransducerGenerator``, the
+encoder and ``load_language_model``.
 """
 from __future__ import annotations
 
@@ -97,6 +101,7 @@ def measure_one(args: argparse.Namespace) -> dict:
         return measure(build(args, loaded, args.one[3] == "fused")[0], "cpu", args.repeats, "memory")
     passes = {kind: build(args, loaded, kind == "fused") for kind in ("plain", "fused")}
     times: dict[str, list[float]] = {kind: [] for kind in passes}
+    cpu_times: dict[str, list[float]] = {kind: [] for kind in passes}
     pairs: dict[str, list] = {}
     for kind, (run, *_) in passes.items():
         run()  # warm-up
@@ -104,10 +109,12 @@ def measure_one(args: argparse.Namespace) -> dict:
         for kind, (run, _, _, counter) in passes.items():
             if counter is not None:
                 counter.calls = 0  # the LM calls of one pass: the last
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             pairs[kind] = run()
             times[kind].append(time.perf_counter() - start)
-    return {kind: {"seconds": statistics.median(times[kind]), "audio_seconds": seconds, "chunks": chunks,
+            cpu_times[kind].append(time.process_time() - cpu_start)
+    return {kind: {"seconds": statistics.median(times[kind]), "cpu_seconds": statistics.median(cpu_times[kind]),
+                   "audio_seconds": seconds, "chunks": chunks,
                    "wer": word_error_rate(pairs[kind]), "lm_calls": counter.calls if counter is not None else 0}
             for kind, (_, seconds, chunks, counter) in passes.items()}
 
@@ -129,31 +136,42 @@ def table(args: argparse.Namespace, mode: str) -> None:
               "--lm-path", str(args.lm_path), "--lm-weight", str(args.lm_weight), "--chunk-ms", str(args.chunk_ms),
               "--stream-utterances", str(args.stream_utterances), "--device", args.device]
     if mode == "offline":
-        print("| search (batched) | RTF plain | RTF fused | fused / plain | LM calls | peak MiB plain / fused "
-              "| WER % plain / fused |")
+        print("| search (batched) | RTF plain | RTF fused | fused / plain | CPU s plain / fused | fused / plain (CPU) "
+              "| LM calls | peak MiB plain / fused | WER % plain / fused |")
     else:
         print(f"| search (streaming, {args.chunk_ms:g} ms chunks, {args.stream_utterances} utterances one at a time) "
-              f"| ms per chunk plain | ms per chunk fused | fused / plain | LM calls | peak MiB plain / fused "
-              f"| WER % plain / fused |")
-    print("|---|---|---|---|---|---|---|")
+              f"| ms per chunk plain | ms per chunk fused | fused / plain | CPU s plain / fused | fused / plain (CPU) "
+              f"| LM calls | peak MiB plain / fused | WER % plain / fused |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    versions = [(" (baseline)", dict(os.environ, PYTHONPATH=str(args.baseline)))] if args.baseline else []
     for label, beam, limit in SEARCHES:
         if label not in args.searches:
             continue
-        timed = child(__file__, ["--one", mode, str(beam), str(limit), "both", "--what", "time", *common])
-        plain, fused = timed["plain"], timed["fused"]
-        memory_env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # as measurement.in_subprocess
-        for kind, result in (("plain", plain), ("fused", fused)):
-            result.update({"peak_mib": math.nan} if args.skip_memory else child(
-                __file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common], memory_env))
-        if mode == "offline":
-            cost = [r["seconds"] / r["audio_seconds"] for r in (plain, fused)]
-            shown = [f"{c:.4f}" for c in cost]
-        else:
-            cost = [1e3 * r["seconds"] / r["chunks"] for r in (plain, fused)]
-            shown = [f"{c:.2f}" for c in cost]
-        print(f"| {label} | {shown[0]} | {shown[1]} | {cost[1] / cost[0]:.2f}x | {fused['lm_calls']} "
-              f"| {plain['peak_mib']:.0f} / {fused['peak_mib']:.0f} | {plain['wer']:.1f} / {fused['wer']:.1f} |",
-              flush=True)
+        for suffix, env in versions + [("", None)]:
+            row(args, mode, label + suffix, beam, limit, common, env)
+
+
+def row(args: argparse.Namespace, mode: str, label: str, beam: int, limit: int, common: list[str],
+        env: dict | None) -> None:
+    """One search's row: plain and fused timed in one child (``env``: its environment, e.g. the baseline's
+    ``PYTHONPATH``), and their peak memory in one child each."""
+    timed = child(__file__, ["--one", mode, str(beam), str(limit), "both", "--what", "time", *common], env)
+    plain, fused = timed["plain"], timed["fused"]
+    memory_env = dict(env or os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # as measurement.in_subprocess
+    for kind, result in (("plain", plain), ("fused", fused)):
+        result.update({"peak_mib": math.nan} if args.skip_memory else child(
+            __file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common], memory_env))
+    if mode == "offline":
+        cost = [r["seconds"] / r["audio_seconds"] for r in (plain, fused)]
+        shown = [f"{c:.4f}" for c in cost]
+    else:
+        cost = [1e3 * r["seconds"] / r["chunks"] for r in (plain, fused)]
+        shown = [f"{c:.2f}" for c in cost]
+    print(f"| {label} | {shown[0]} | {shown[1]} | {cost[1] / cost[0]:.2f}x "
+          f"| {plain['cpu_seconds']:.2f} / {fused['cpu_seconds']:.2f} "
+          f"| {fused['cpu_seconds'] / plain['cpu_seconds']:.2f}x | {fused['lm_calls']} "
+          f"| {plain['peak_mib']:.0f} / {fused['peak_mib']:.0f} | {plain['wer']:.1f} / {fused['wer']:.1f} |",
+          flush=True)
 
 
 def main() -> None:
@@ -170,6 +188,7 @@ def main() -> None:
                         default=[label for label, _, _ in SEARCHES])
     parser.add_argument("--skip-memory", action="store_true", help="leave the peak-memory children out (faster)")
     parser.add_argument("--tables", nargs="+", choices=("offline", "streaming"), default=["offline", "streaming"])
+    parser.add_argument("--baseline", type=Path, help="a checkout whose search to measure too, before this one's")
     add_measurement_arguments(parser, repeats=2)
     parser.add_argument("--one", nargs=4, metavar=("MODE", "BEAM", "LIMIT", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,7 +203,7 @@ def main() -> None:
             parser.error(f"no checkpoint at {path}")
     print(f"# LM fusion on {args.subset} ({args.checkpoint.name}, LM {args.lm_path.name} at weight {args.lm_weight}), "
           f"CPU, {args.threads} threads, median of {args.repeats} interleaved passes, torch {torch.__version__}, search from "
-          f"{Path(ssm_fairseq.__file__).parent}\n")
+          f"{Path(ssm_fairseq.__file__).parent}" + (f", baseline from {args.baseline}" if args.baseline else "") + "\n")
     if "offline" in args.tables:
         table(args, "offline")
         print()

@@ -18,7 +18,14 @@ class LayerCacheDecoder(FairseqIncrementalDecoder):
     The rows of one state may have seen different numbers of tokens (``concatenate_incremental_states``): each is
     then fed its whole prefix left-padded to the longest one's (as fairseq's ``left_pad`` batches are), the same
     number of new tokens each.
+
+    A step keeps the rows of the state it was given (``STEP_KEEPS_ROWS``): it replaces the state's tensors, or writes
+    into a local-attention buffer only past the slots its rows hold, and changes its dicts. So one step of a copy of
+    the dicts (sharing the tensors) leaves the original state's rows as they were; a second step of another such copy
+    would write into the same free slots (a search steps a state it keeps only once).
     """
+
+    STEP_KEEPS_ROWS = True
 
     def unseen(self, tokens: Tensor, incremental_state) -> tuple[Tensor, Optional[list]]:
         """``B x T`` prefix -> (``B x n`` new tokens, per-layer caches), or ``(tokens, None)`` without a state.

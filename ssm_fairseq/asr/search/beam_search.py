@@ -26,6 +26,7 @@ from .hypothesis import (
 )
 from .lm_fusion import LanguageModelFusion
 from .predictor_bank import PredictorBank
+from .prefix_tree import Chain, Labels
 from .prefixes import Prefix, kth_best, leave_frame
 
 
@@ -74,7 +75,8 @@ class BeamSearch(ChunkedSearch):
         # every prefix in play has a row of predictor state here
         self.bank = PredictorBank(*start_predictor(model, 1, device))
         lm_rows = fusion.start(batch) if fusion is not None else [-1] * batch
-        self.beams = [[Prefix((), 0.0, 0.0, (), (), 0, lm_rows[b])] for b in range(batch)]
+        # hypotheses share their prefixes (prefix_tree): extending one costs the same whatever its length
+        self.beams = [[Prefix(Labels(), 0.0, 0.0, Chain(), Chain(), 0, lm_rows[b])] for b in range(batch)]
 
     @torch.no_grad()
     def advance(self, encoder_out: Tensor, encoder_lengths: Tensor | None = None) -> None:
@@ -92,16 +94,18 @@ class BeamSearch(ChunkedSearch):
         self._chunk_done(lengths)
 
     def _search_frame(self, encoder_rows: Tensor, live: list[int],
-                      frame_numbers: list[int]) -> dict[int, dict[tuple[int, ...], Prefix]]:
+                      frame_numbers: list[int]) -> dict[int, dict[Labels, Prefix]]:
         """Expand the ``live`` utterances' beams within one frame (``encoder_rows``: ``B x J``, its encoder
         projection; ``frame_numbers``: each utterance's number for it) -> for each, the prefixes that left the frame
         by their labels."""
-        finished: dict[int, dict[tuple[int, ...], Prefix]] = {b: {} for b in live}
+        finished: dict[int, dict[Labels, Prefix]] = {b: {} for b in live}
         frontier = [(b, prefix) for b in live for prefix in self.beams[b]]  # grouped by utterance
         for _ in range(self.settings.max_symbols_per_frame):
             log_probs = self._score(encoder_rows, frontier)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, self.model.blank].tolist()):
-                leave_frame(finished[b], prefix, blank_score)
+                leave_frame(finished[b], prefix, blank_score)  # the LM does not score blanks
+            if self.fusion is not None:
+                log_probs = self._fuse(frontier, log_probs, finished)
             chosen = self._choose(frontier, log_probs, finished)
             frontier = self._extend(frontier, chosen, log_probs, frame_numbers)
             if not frontier:
@@ -111,18 +115,37 @@ class BeamSearch(ChunkedSearch):
         return finished
 
     def _score(self, encoder_rows: Tensor, frontier: list[tuple[int, Prefix]]) -> Tensor:
-        """The ``N x V`` (fused) log-probabilities of the next unit of each prefix of the frontier."""
+        """The ``N x V`` transducer log-probabilities of the next unit of each prefix of the frontier."""
         device = encoder_rows.device
         utterances = torch.tensor([b for b, _ in frontier], device=device)
         rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
-        log_probs = joint_log_probs(self.model, encoder_rows[utterances], self.bank.proj[rows],
-                                    self.settings.blank_penalty)
-        if self.fusion is not None:
-            log_probs = log_probs + self.fusion.scores([prefix.lm_row for _, prefix in frontier], device)
-        return log_probs
+        return joint_log_probs(self.model, encoder_rows[utterances], self.bank.proj[rows], self.settings.blank_penalty)
+
+    def _fuse(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor,
+              finished: dict[int, dict[Labels, Prefix]]) -> Tensor:
+        """The fused ``N x V`` log-probabilities of the labels of the prefixes that may still extend, -inf for the
+        others (their blanks are scored already).
+
+        A prefix whose best label, raised by the most the fusion may add to it (``fusion.gain_bounds``: the LM's
+        own share is at most 0), cannot beat the ``beam``-th prefix already out of the frame chooses no label
+        whatever the LM says (``_choose``), so its LM scores are not asked for, and an LM step that waits for them
+        (``LanguageModelFusion.advance``) runs only if a later round or frame needs it. The bound is computed in
+        float32 as the fused scores are, so it holds after rounding."""
+        device = log_probs.device
+        gains = self.fusion.gain_bounds([prefix.lm_row for _, prefix in frontier]).to(device)
+        labels = selectable(log_probs, self.settings.suppress).clone()
+        labels[:, self.model.blank] = -math.inf
+        best = (labels + gains.unsqueeze(1)).max(1).values.tolist()
+        floors = {b: kth_best(finished[b], self.beam) for b in finished}
+        extending = [i for i, ((b, prefix), label) in enumerate(zip(frontier, best)) if prefix.score + label > floors[b]]
+        fused = torch.full_like(log_probs, -math.inf)
+        if extending:
+            index = torch.tensor(extending, device=device)
+            fused[index] = log_probs[index] + self.fusion.scores([frontier[i][1].lm_row for i in extending], device)
+        return fused
 
     def _choose(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor,
-                finished: dict[int, dict[tuple[int, ...], Prefix]]) -> list[_Expansion]:
+                finished: dict[int, dict[Labels, Prefix]]) -> list[_Expansion]:
         """The ``beam`` best (prefix, label) pairs of each utterance of the frontier.
 
         Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
@@ -162,8 +185,8 @@ class BeamSearch(ChunkedSearch):
         first = self.bank.extend(self.model, [prefix.row for _, prefix in parents], labels)
         lm_rows = ([-1] * len(chosen) if self.fusion is None else
                    self.fusion.advance([prefix.lm_row for _, prefix in parents], labels))
-        return [(b, Prefix(parent.tokens + (expansion.label,), expansion.score, parent.path_score + label_score,
-                            parent.token_scores + (label_score,), parent.frames + (frame_numbers[b],), first + n,
+        return [(b, Prefix(parent.tokens.append(expansion.label), expansion.score, parent.path_score + label_score,
+                            parent.token_scores.append(label_score), parent.frames.append(frame_numbers[b]), first + n,
                             lm_row))
                 for n, ((b, parent), expansion, label_score, lm_row) in enumerate(zip(parents, chosen, label_scores,
                                                                                       lm_rows))]
@@ -189,7 +212,7 @@ class BeamSearch(ChunkedSearch):
         if not 1 <= nbest <= self.beam:
             raise ValueError(f"need 1 <= nbest <= beam; got beam={self.beam}, nbest={nbest}")
         self._finishing()
-        beams = self.beams if self.fusion is None else [_finish(prefixes, self.fusion) for prefixes in self.beams]
+        beams = self.beams if self.fusion is None else _finish(self.beams, self.fusion)
         return [[_hypothesis(p) for p in sorted(prefixes, key=lambda p: -ranking_score(p.score, len(p.tokens),
                                                                                          length_norm))[:nbest]]
                 for prefixes in beams]
@@ -216,7 +239,9 @@ def beam_search(
     return search.finish(nbest, length_norm)
 
 
-def _finish(prefixes: list[Prefix], fusion: LanguageModelFusion) -> list[Prefix]:
-    """The prefixes of a finished utterance with the LM's ``</s>`` score added (0 without ``--lm-eos``)."""
-    eos = fusion.eos_scores([p.lm_row for p in prefixes])
-    return [p._replace(score=p.score + e, path_score=p.path_score + e) for p, e in zip(prefixes, eos)]
+def _finish(beams: list[list[Prefix]], fusion: LanguageModelFusion) -> list[list[Prefix]]:
+    """The prefixes of finished utterances with the LM's ``</s>`` score added (0 without ``--lm-eos``), the LM steps
+    they wait for run together."""
+    eos = iter(fusion.eos_scores([p.lm_row for prefixes in beams for p in prefixes]))
+    return [[p._replace(score=p.score + e, path_score=p.path_score + e) for p, e in zip(prefixes, eos)]
+            for prefixes in beams]

@@ -7,10 +7,12 @@ their training streams (fairseq-eval-lm and fairseq's own LM generation start th
 
 LM states (``lm_states.LanguageModelStates``): the hypotheses' incremental states are gathered and concatenated so
 that all the rows a search extends in one round step in one LM call where their states allow (an LM with a
-fixed-size state: always; ``transformer_lm`` and ``spade_lm``, whose states grow with the prefix: one call per
-prefix length), each with exactly its own labels, as the full forward pass over them would see them. Each row keeps
-its weighted log-probabilities over the whole vocabulary, so a later expansion's LM score is a lookup. At weight 0
-the LM is never run.
+fixed-size state, and ``spade_lm``: always; ``transformer_lm``, whose keys and values grow with the prefix: one call
+per prefix length), each with exactly its own labels, as the full forward pass over them would see them. Each row
+keeps its weighted log-probabilities over the whole vocabulary, so a later expansion's LM score is a lookup. A row's
+LM step runs when its scores are first asked for (``scores``, ``eos_scores``), all the rows waiting then in one
+step: a hypothesis that the search drops before it needs them (beam search asks only for the rows that may still
+extend) never runs the LM. At weight 0 the LM is never run.
 
 LODR (``ilm``, ``ilm_weight``): each emitted label also scores ``- W_ilm * log p_bigram(label | previous label)``, a
 bigram of the training transcripts estimating the transducer's internal LM (``bigram_lm``); the first label's previous
@@ -105,10 +107,11 @@ class LanguageModelFusion:
             (finite, >= 0; above 0 only with a weight ``W`` above 0): every label's score is lowered by
             ``W_ilm * log p_bigram(label | previous label)``.
 
-    Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses). Each row's weighted
-    log-probabilities over the whole vocabulary are kept from the LM step that made it, so scoring any expansion of
-    it is a lookup; ``advance`` steps all the rows asked for in as few LM calls as their states allow
-    (``LanguageModelStates``): one for an LM with a fixed-size state, one per prefix length for the others.
+    Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses). ``advance`` makes
+    rows whose LM step waits until their scores are first asked for; then all the waiting rows asked for step in as
+    few LM calls as their states allow (``LanguageModelStates``: one for an LM with a fixed-size state and
+    ``spade_lm``, one per prefix length for the others). Each row's weighted log-probabilities over the whole
+    vocabulary are kept from its step, so scoring any expansion of it is a lookup.
     """
 
     def __init__(self, lm, weight: float, blank: int, eos: int, add_eos: bool = True, ilm: BigramLM | None = None,
@@ -130,62 +133,116 @@ class LanguageModelFusion:
             self._ilm = ilm_weight * ilm.log_prob_table(self.device)
         # the rows' weighted next-unit log-probabilities (blank column 0) and weighted log p_lm(</s> | labels), in
         # buffers with room for more rows
+        # the most LODR's correction adds to any unit's score after each previous unit (0 without LODR), V
+        self._gain = None if self._ilm is None else (-self._ilm).max(1).values
+        # the rows' weighted next-unit log-probabilities (blank column 0) and weighted log p_lm(</s> | labels), in
+        # buffers with room for more rows; each row's last label, and its LM state's row in ``states`` (-1 while its
+        # step waits: ``_waiting`` then holds its parent's state row and its label)
         self._scores = torch.zeros(0, vocab, device=self.device)
         self._eos = torch.zeros(0, device=self.device)
-        self._count = 0
+        self._last: list[int] = []
+        self._state_rows: list[int] = []
+        self._waiting: dict[int, tuple[int, int]] = {}
 
     def start(self, count: int) -> list[int]:
-        """``count`` new rows of the empty hypothesis (the LM fed ``</s>``)."""
-        log_probs = None if self.states is None else self.states.start((self.eos,), count)
-        return self._add(count, log_probs, [self.eos] * count)
+        """``count`` new rows of the empty hypothesis (the LM fed ``</s>``), stepped at once."""
+        rows = self._add([self.eos] * count)
+        if self.states is not None:
+            first = len(self.states)
+            self._set(rows, self.states.start((self.eos,), count), range(first, first + count))
+        return rows
 
     def scores(self, rows: Sequence[int], device: torch.device | None = None) -> Tensor:
-        """``N x V`` weighted next-unit log-probabilities of ``rows`` (the blank's column is 0), float32."""
+        """``N x V`` weighted next-unit log-probabilities of ``rows`` (the blank's column is 0), float32; the rows
+        whose LM step waits step first, together."""
+        self._step(rows)
         out = self._scores[torch.tensor(rows, dtype=torch.long, device=self.device)]
         return out if device is None else out.to(device)
 
+    def gain_bounds(self, rows: Sequence[int]) -> Tensor:
+        """``N``, float32: for each row, the most its fused scores may add to any unit's log-probability, known
+        without running the LM: 0, or with LODR the largest ``- W_ilm log p_bigram(unit | its last label)`` (the LM's
+        own ``W log p_lm`` is at most 0)."""
+        if self._gain is None:
+            return torch.zeros(len(rows), device=self.device)
+        return self._gain[torch.tensor([self._last[row] for row in rows], dtype=torch.long, device=self.device)]
+
     def advance(self, rows: Sequence[int], labels: Sequence[int]) -> list[int]:
-        """New rows: ``rows[i]`` followed by ``labels[i]``, stepped in as few LM calls as their states allow."""
-        log_probs = None if self.states is None else self.states.advance(rows, labels)
-        return self._add(len(rows), log_probs, labels)
+        """New rows: ``rows[i]`` followed by ``labels[i]``. Their LM step waits until their scores are asked for
+        (``rows`` whose own step waits step now, together)."""
+        new = self._add(labels)
+        if self.states is not None:
+            self._step(rows)
+            for row, parent, label in zip(new, rows, labels):
+                self._waiting[row] = self._state_rows[parent], label
+        return new
 
     def eos_scores(self, rows: Sequence[int]) -> list[float]:
         """``W * log p_lm(</s> | labels)`` of each row, or zeros without ``add_eos``."""
         if not self.add_eos:
             return [0.0] * len(rows)
+        self._step(rows)
         return self._eos[torch.tensor(rows, dtype=torch.long, device=self.device)].tolist()
 
     def keep(self, rows: Sequence[int]) -> dict[int, int]:
-        """Drop every row but ``rows`` -> {old row: new row}. The rows are renumbered (and the LM states of the
-        others freed) once at least half of them are dropped ones; until then each row keeps its number."""
+        """Drop every row but ``rows`` -> {old row: new row}. The rows are renumbered (and the LM states no kept row
+        needs freed) once at least half of them are dropped ones; until then each row keeps its number."""
         kept = sorted(set(rows))
-        if 2 * len(kept) > self._count:
+        if 2 * len(kept) > len(self._last):
             return {row: row for row in kept}
         index = torch.tensor(kept, dtype=torch.long, device=self.device)
         self._scores, self._eos = self._scores[index], self._eos[index]
-        self._count = len(kept)
-        if self.states is not None:
-            self.states.keep(kept)
+        self._last = [self._last[row] for row in kept]
+        if self.states is not None:  # the states of the kept rows, and of the parents of those whose step waits
+            waiting = [self._waiting.get(row) for row in kept]
+            state_rows = [self._state_rows[row] if wait is None else wait[0] for row, wait in zip(kept, waiting)]
+            used = sorted(set(state_rows))
+            self.states.keep(used)
+            renumber = {old: new for new, old in enumerate(used)}
+            self._state_rows = [-1 if wait is not None else renumber[row] for row, wait in zip(state_rows, waiting)]
+            self._waiting = {new: (renumber[wait[0]], wait[1]) for new, wait in enumerate(waiting) if wait is not None}
+        else:
+            self._state_rows = [-1] * len(kept)
         return {row: new for new, row in enumerate(kept)}
 
-    def _add(self, count: int, log_probs: Tensor | None, last: Sequence[int]) -> list[int]:
-        """Rows for ``count`` new LM states with ``count x V`` ``log_probs`` (None: the LM is not run), after the
-        labels ``last`` (``</s>`` at the start)."""
-        first = self._count
+    def _step(self, rows: Sequence[int]) -> None:
+        """Run the LM step of those of ``rows`` that wait for it, all in as few calls as their states allow."""
+        if not self._waiting:
+            return
+        waiting = list(dict.fromkeys(row for row in rows if row in self._waiting))
+        if not waiting:
+            return
+        parents, labels = zip(*(self._waiting.pop(row) for row in waiting))
+        first = len(self.states)
+        self._set(waiting, self.states.advance(parents, labels), range(first, first + len(waiting)))
+
+    def _add(self, last: Sequence[int]) -> list[int]:
+        """Rows for hypotheses whose last labels are ``last`` (``</s>`` at the start), without scores yet (zeros)."""
+        first, count = len(self._last), len(last)
         if first + count > self._scores.shape[0]:  # room for twice as many rows
             room = max(2 * (first + count), 16) - first
             self._scores = torch.cat([self._scores[:first], self._scores.new_zeros(room, self._scores.shape[1])])
             self._eos = torch.cat([self._eos[:first], self._eos.new_zeros(room)])
-        if log_probs is not None and count:
-            weighted = log_probs * self.weight
-            self._check_finite(log_probs, weighted)
-            self._eos[first:first + count] = weighted[:, self.eos]
-            if self._ilm is not None:
-                weighted -= self._ilm[torch.tensor(last, dtype=torch.long, device=self.device)]
-            weighted[:, self.blank] = 0.0
-            self._scores[first:first + count] = weighted
-        self._count += count
+        self._last.extend(last)
+        self._state_rows.extend([-1] * count)
         return list(range(first, first + count))
+
+    def _set(self, rows: Sequence[int], log_probs: Tensor, state_rows: Sequence[int]) -> None:
+        """The LM's ``N x V`` ``log_probs`` for ``rows``, whose states are ``state_rows`` of ``states``: weighted (and
+        LODR-corrected) into the rows' scores."""
+        for row, state_row in zip(rows, state_rows):
+            self._state_rows[row] = state_row
+        if not rows:
+            return
+        weighted = log_probs * self.weight
+        self._check_finite(log_probs, weighted)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self._eos[index] = weighted[:, self.eos]
+        if self._ilm is not None:
+            weighted -= self._ilm[torch.tensor([self._last[row] for row in rows], dtype=torch.long,
+                                               device=self.device)]
+        weighted[:, self.blank] = 0.0
+        self._scores[index] = weighted
 
     def _check_finite(self, log_probs: Tensor, weighted: Tensor) -> None:
         """The rule for the weight: every fused score must be a finite float32, so ``weight * log p_lm`` must be;

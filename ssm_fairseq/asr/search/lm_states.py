@@ -153,11 +153,13 @@ class LanguageModelStates:
         """Make ``state``, the rows ``parents`` gathered from several banks, their bank (a row listed twice keeps
         its first copy), so that their next step gathers from one bank where it would gather from each of theirs
         (a beam's prefixes come from the banks of many earlier steps) -> a copy of it to step, as a step writes into
-        the state it is given."""
+        the state it is given (of a ``LayerCacheDecoder``'s: a copy of its structure, sharing its tensors)."""
         bank = _Bank(state, len(parents), self._merge_key(state, len(parents)))
         for index, row in enumerate(parents):
             if self._banks[row] is not bank:
                 self._banks[row], self._indices[row] = bank, index
+        if getattr(self.lm.decoder, "STEP_KEEPS_ROWS", False):  # one step leaves the rows (LayerCacheDecoder's)
+            return _copy_structure(state)
         return self._gather(bank, list(range(len(parents))))
 
     def keep(self, rows: Sequence[int]) -> None:

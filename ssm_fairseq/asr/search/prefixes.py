@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Hashable, NamedTuple, Sequence
 
 
 class Prefix(NamedTuple):
-    """A label sequence in the beam, with the alignments merged into it."""
+    """A label sequence in the beam, with the alignments merged into it.
 
-    tokens: tuple[int, ...]
+    The sequences are tuples (the ONNX Runtime port) or nodes of a tree of shared prefixes (``prefix_tree``:
+    ``tokens`` a ``Labels``, the others ``Chain``s; ``beam_search``), which extend in O(1); ``tokens`` must hash and
+    compare by its labels, and ``list()`` of each gives its items."""
+
+    tokens: Hashable  # the labels: a tuple or a prefix_tree.Labels
     score: float  # log-probability of the alignments merged into this prefix
     path_score: float  # log-probability of the best of them, the one token_scores and frames describe
-    token_scores: tuple[float, ...]
-    frames: tuple[int, ...]
+    token_scores: Sequence[float]
+    frames: Sequence[int]
     row: int  # the predictor state of this prefix in the search's state bank
     lm_row: int = -1  # its language-model state in the fusion's bank (-1: no fusion)
 
@@ -24,7 +28,7 @@ def log_add(a: float, b: float) -> float:
     return high + math.log1p(math.exp(low - high)) if low > -math.inf else high
 
 
-def leave_frame(finished: dict[tuple[int, ...], Prefix], prefix: Prefix, step_score: float) -> None:
+def leave_frame(finished: dict[Hashable, Prefix], prefix: Prefix, step_score: float) -> None:
     """Record ``prefix`` leaving the frame with a last step of log-probability ``step_score`` (blank, or 0 at the
     limit), merging prefixes with equal labels: their scores add, the better path's details stay."""
     leaving = prefix._replace(score=prefix.score + step_score, path_score=prefix.path_score + step_score)
@@ -35,7 +39,7 @@ def leave_frame(finished: dict[tuple[int, ...], Prefix], prefix: Prefix, step_sc
     finished[prefix.tokens] = leaving
 
 
-def kth_best(finished: dict[tuple[int, ...], Prefix], k: int) -> float:
+def kth_best(finished: dict[Hashable, Prefix], k: int) -> float:
     """Score of the k-th best prefix that has left the frame; -inf while there are fewer than k."""
     if len(finished) < k:
         return -math.inf

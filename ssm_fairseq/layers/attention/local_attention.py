@@ -182,11 +182,15 @@ class LocalAttention(nn.Module):
         valid = torch.cat(valid)
         length = int(valid.max())
         first = parts[0]
-        buffer = first.new_zeros(valid.numel(), 2, first.shape[2], length + self.window, first.shape[4])
+        # the room after the keys is written before it is read; only the slots before a part's keys are zeroed
+        # (finite: masked scores of 0 weight)
+        buffer = first.new_empty(valid.numel(), 2, first.shape[2], length + self.window, first.shape[4])
         start = 0
-        for part in parts:  # slots before a row's own keys stay zero (finite: masked scores of 0 weight)
+        for part in parts:
             count = min(part.shape[3], length)
-            buffer[start:start + part.shape[0], :, :, length - count:length] = part[:, :, :, part.shape[3] - count:]
+            rows = slice(start, start + part.shape[0])
+            buffer[rows, :, :, :length - count] = 0
+            buffer[rows, :, :, length - count:length] = part[:, :, :, part.shape[3] - count:]
             start += part.shape[0]
         out = dict(kv=buffer, end=length, length=length)
         self._set_missing(out, length - valid)
@@ -239,6 +243,9 @@ class LocalAttention(nn.Module):
                 mask = mask.masked_fill(~own[:, None, None], float("-inf"))  # B x heads x 1 x (m + n)
         elif missing is None and reusable and cache.get("recent_mask", (None,))[0] == (n, total):
             mask = cache["recent_mask"][1]
+        elif n == 1 and position_bias is None and missing is not None:
+            # one token attends every cached key of its row (the cache keeps only those): all but the missing slots
+            mask = (torch.arange(total, device=q.device) >= missing[:, None])[:, None, None]  # B x 1 x 1 x (m + 1)
         elif n > 1 or position_bias is not None or missing is not None:
             i = torch.arange(total - n, total, device=q.device)[:, None]
             j = torch.arange(total, device=q.device)[None, :]
@@ -275,10 +282,22 @@ class LocalAttention(nn.Module):
     @staticmethod
     def reorder_cache(cache: dict, new_order: Tensor) -> None:
         """Beam search: select ``new_order`` along the batch dim of every cached tensor, in place; slots that no row
-        kept needs any more (every row misses them) are dropped."""
+        kept needs any more (every row misses them) are dropped. Only the buffer's cached slots are copied, into a
+        new buffer with room for ``window`` more (never written before the next tokens are: a fresh allocation's
+        untouched pages cost nothing, where copying the old buffer whole would touch them all)."""
         for key, value in cache.items():
-            if isinstance(value, Tensor):
+            if isinstance(value, Tensor) and key != "kv":
                 cache[key] = value.index_select(0, new_order)
+        if "kv" in cache:
+            buffer, end, length = cache["kv"], cache["end"], cache["length"]
+            cached = buffer[:, :, :, end - length:end]
+            if buffer.requires_grad and torch.is_grad_enabled():  # out= does not record autograd: no room then
+                selected = cached.index_select(0, new_order)
+            else:
+                room = max(buffer.shape[3] - length, 1)
+                selected = buffer.new_empty(new_order.numel(), *buffer.shape[1:3], length + room, buffer.shape[4])
+                torch.index_select(cached, 0, new_order, out=selected[:, :, :, :length])
+            cache["kv"], cache["end"] = selected, length
         if "missing" in cache and cache["missing"].numel():
             unused = int(cache["missing"].min())
             cache["length"] -= unused
