@@ -97,6 +97,7 @@ def test_block_with_kernels_generated_together_equals_kernels_generated_one_by_o
         else:
             y = block.out_proj(torch.cat([block.forward_ssm(x, padding_mask, kernels[0]),
                                           block.backward_ssm(x, padding_mask, kernels[1])], dim=-1))
+        y = y.masked_fill(padding_mask.unsqueeze(-1), 0.0)  # padded frames' outputs are not the block's concern
         y.square().sum().backward()
         return y.detach(), [p.grad.clone() for p in block.parameters()]
 
@@ -121,23 +122,45 @@ def test_encoder_kernels_generated_together_equal_kernels_generated_one_by_one(m
 
     def output_and_grads():
         encoder.zero_grad()
-        y = encoder(features, lengths)["encoder_out"]
+        out = encoder(features, lengths)
+        y = out["encoder_out"].masked_fill(out["padding_mask"].unsqueeze(-1), 0.0)
         y.square().sum().backward()
         return y.detach(), [p.grad.clone() for p in encoder.parameters()]
 
-    y_ref, grads_ref = output_and_grads()  # on CPU: one kernel at a time
-    monkeypatch.setattr(batched_kernels, "BATCHED_DEVICES", ("cpu",))  # the GPU's path, here on CPU
     calls = []
     monkeypatch.setattr(batched_kernels, "batched_kernels",
                         lambda kernels, L, inner=batched_kernels.batched_kernels: calls.append(len(kernels))
                         or inner(kernels, L))
-    y, grads = output_and_grads()
-    # one generation per scale of the ms sub-sampler (2 and 4 layers) and one for the encoder's 3 layers
-    assert calls == [2 * 4, 4 * 4, 3 * 4]
-    assert not batched_kernels._GENERATED.get()  # released when the forward pass ends
-    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
-    for g, g_ref in zip(grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+    monkeypatch.setattr(batched_kernels, "GENERATION_BYTES", 0)  # every kernel alone
+    y_ref, grads_ref = output_and_grads()
+    assert set(calls) == {1}
+    # the sub-sampler's scales (2 and 4 layers, width 8 at 40 frames and 16 at 20) and the encoder's 3 layers (width 32
+    # at 10 frames), 4 kernels a layer (C = 2, float64): 5120 bytes a kernel at every scale
+    for batched, budget, expected in [((), 3 * 5120, [3, 3, 2] + [3] * 5 + [1] + [3] * 4),  # at most 3 kernels a call
+                                      ((), 10 ** 9, [2 * 4, 4 * 4, 3 * 4]),  # one generation per context
+                                      (("cpu",), 0, [2 * 4, 4 * 4, 3 * 4])]:  # the GPU's path, here: unbounded
+        monkeypatch.setattr(batched_kernels, "BATCHED_DEVICES", batched)
+        monkeypatch.setattr(batched_kernels, "GENERATION_BYTES", budget)
+        calls.clear()
+        y, grads = output_and_grads()
+        assert calls == expected, str((batched, budget, calls))
+        assert not batched_kernels._GENERATED.get()  # released when the forward pass ends
+        torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+        for g, g_ref in zip(grads, grads_ref):
+            torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_generation_groups_are_bounded_on_a_cpu_and_split_by_configuration(monkeypatch):
+    from ssm_fairseq.ssm import MSSMKernel, S4Kernel, batched_kernels
+
+    small, wide = MSSMKernel(8, 4, 2, heads=2), MSSMKernel(16, 4, 2, heads=2)
+    kernels = [MSSMKernel(8, 4, 2, heads=2), small, wide, S4Kernel(8, 4, 2, l_max=16), MSSMKernel(8, 4, 2, heads=2)]
+    monkeypatch.setattr(batched_kernels, "GENERATION_BYTES", 2 * 2 * 8 * 10 * 4)  # two width-8 kernels at L = 10
+    groups = batched_kernels.generation_groups(kernels, 10)
+    assert [[kernels.index(k) for k in g] for g in groups] == [[0, 1], [2], [3], [4]]
+    monkeypatch.setattr(batched_kernels, "BATCHED_DEVICES", ("cpu",))
+    groups = batched_kernels.generation_groups(kernels, 10)
+    assert [[kernels.index(k) for k in g] for g in groups] == [[0, 1, 4], [2], [3]]
 
 
 def test_bad_configurations_are_rejected():

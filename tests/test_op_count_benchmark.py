@@ -28,6 +28,8 @@ def test_op_count_prints_counts_for_each_workload_and_path(monkeypatch, capsys):
         assert int(training_ops) > int(inference_ops), (key, cells)
     assert rows[("transformer layer", "-")][3].strip() == "1.00x"
     assert rows[("transformer_transducer encoder", "-")][6].strip() == "1.00x"
-    # the GPU's batched kernel generation dispatches fewer operators than one generation per kernel
-    assert int(rows[("mssm layer", "batched")][2]) < int(rows[("mssm layer", "cpu")][2])
+    # the GPU's unbounded batched kernel generation dispatches no more operators than the CPU's bounded one (at these
+    # sizes one generation per layer on both paths)
+    assert int(rows[("mssm layer", "batched")][2]) <= int(rows[("mssm layer", "cpu")][2])
+    assert int(rows[("mssm_transducer encoder", "batched")][2]) <= int(rows[("mssm_transducer encoder", "cpu")][2])
     assert any(line.startswith("mssm layer, cpu, training: ") for line in out)

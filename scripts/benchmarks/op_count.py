@@ -11,8 +11,8 @@ transducer's width-512 configuration by default, ``--frames`` frames) or the enc
 architecture (``encoders.architecture_encoder``, ``--seconds`` of audio), runs two steps:
 
 * training: one forward + backward of ``output.square().mean()`` in train mode;
-* inference: one forward in eval mode under ``torch.no_grad`` (SSM kernels then come from the kernels' cache, as in
-  decoding).
+* inference: one forward in eval mode under ``torch.no_grad`` (SSM kernels, a bidirectional block's stage spectra and
+  stacked weights then come from what the warm-up kept, ``ssm/inference_cache.py``, as in decoding).
 
 Each is run once as a warm-up, then once under ``OperatorCounter``, a ``TorchDispatchMode`` that sees every ATen
 operator below autograd (the backward pass's included, composite operators decomposed into what they run), then
@@ -21,8 +21,9 @@ launch no computation, ``NOT_COMPUTE``: views and aliases (operators whose schem
 ``OpOverload.is_view``, plus ``detach`` and ``lift_fresh``), metadata queries (``sym_size`` ...), and uninitialised
 allocations (``empty`` ...). In-place operators (``copy_``, ``fill_``, ``zero_``) are counted.
 
-``--paths`` chooses how MSSM kernels are generated: ``cpu``, as on a CPU (``ssm/batched_kernels.py``), and
-``batched``, as on a GPU (``BATCHED_DEVICES`` then holds ``cpu`` too). Workloads without MSSM kernels run once, as
+``--paths`` chooses how MSSM kernels are generated (``ssm/batched_kernels.py``): ``cpu``, as on a CPU (a layer's or
+an encoder's kernels in generations of at most ``GENERATION_BYTES``), and ``batched``, as on a GPU (one generation
+per configuration however large: ``BATCHED_DEVICES`` then holds ``cpu`` too). Workloads without MSSM kernels run once, as
 the references: ratios are against the transformer layer and ``transformer_transducer``'s encoder. Times are CPU
 times (``--threads``) and say nothing of a GPU's; ``--top K`` prints each row's K most dispatched operators.
 """
@@ -67,7 +68,8 @@ class OperatorCounter(TorchDispatchMode):
 
 @contextmanager
 def kernel_path(path: str):
-    """MSSM kernels generated as on a CPU (``cpu``) or as on a GPU, batched (``batched``), while open."""
+    """MSSM kernels generated as on a CPU (``cpu``: bounded generations) or as on a GPU (``batched``: unbounded), while
+    open."""
     devices = batched_kernels.BATCHED_DEVICES
     if path == "batched":
         batched_kernels.BATCHED_DEVICES = (*devices, "cpu")

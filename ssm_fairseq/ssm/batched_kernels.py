@@ -9,23 +9,23 @@ parameters are concatenated along the head and channel dimensions, the merged ke
 parameters through the concatenation), and its ``C x (n H) x L`` output is split back. The result equals the
 kernels generated one by one (tested), with a quarter of the operations for four kernels.
 
-Layers call ``layer_kernels``, which batches on a GPU only (``BATCHED_DEVICES``); an encoder opens
-``generated_together`` around its layers, so that all their kernels of one configuration (every layer, both
-directions, all stages) are one generation per forward pass: the ``mssm_transducer`` encoder's training step at 2 s
-then dispatches 5251 operators instead of 8165 with one generation per layer (``scripts/benchmarks/op_count.py``).
-On CPU, where an operation's launch costs little, batching saved no time and costs memory: the transients of the
-batched generation (the Vandermonde factors of every channel at once) grow with the kernels batched. Batching per
-layer raised a 4-layer MSSM encoder's peak training memory at 10 s from 47 to 62 MiB; batching the whole
-``mssm_transducer`` encoder (its layers' 64 kernels in one generation, its sub-sampler's 24 in two) at 10 s raised it
-from 188 to 671 MiB and its step from 2.0 to 2.4 s (a 2-core CPU; what the backward pass keeps is the same). The
-transient does not grow with the batch of utterances, so on a GPU it is a fixed few hundred MiB. On CPU
+Layers call ``layer_kernels``, which generates a layer's kernels of one configuration together; an encoder opens
+``generated_together`` around its layers, so that the kernels of several layers (every layer, both directions, all
+stages) are one generation: the ``mssm_transducer`` encoder's training step at 2 s then dispatches 5251 operators
+instead of 8165 with one generation per layer (``scripts/benchmarks/op_count.py``). On a GPU (``BATCHED_DEVICES``) a
+generation holds every kernel of a configuration. Elsewhere (a CPU) its size is bounded: the transients of a batched
+generation (the merged kernel, and in the backward pass the gradients of all its kernels and the transposed
+Vandermonde products) grow with the kernels batched, and batching the whole ``mssm_transducer`` encoder (its layers'
+64 kernels in one generation, its sub-sampler's 24 in two) at 10 s raised its peak training memory from 188 to 671 MiB.
+So on a CPU consecutive layers' kernels are generated in groups of at most ``GENERATION_BYTES`` (``generation_groups``),
+when the encoder starts (before its activations are held), each freed once its layers have taken their kernels: two
+generations for the encoder at 2 s, eight at 10 s, and the peak memory at 10 s that of one kernel at a time. On CPU
 (``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel is not generated at all:
 ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
 (``chunked_conv.py``).
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import functools
@@ -39,8 +39,15 @@ from .chunked_conv import DiagonalSystem, chunked_diagonal_conv
 from .fft_conv import fft_conv
 from .mssm_kernel import MSSMKernel
 
-# devices on which layer_kernels batches (where launching an operation costs more than its arithmetic)
+# devices on which a generation holds every kernel of a configuration however many (where launching an operation
+# costs more than its arithmetic); elsewhere (a CPU) a generation holds at most GENERATION_BYTES of kernels
 BATCHED_DEVICES = ("cuda",)
+# on devices outside BATCHED_DEVICES, the bytes of ``C x H x L`` kernels one generation may give: its transients (the
+# power tables of the Vandermonde product and, in the backward pass, the gradients of all its kernels and the
+# transposed products) are several times that. At 8 MiB the ``mssm_transducer`` encoder's 64 kernels are two
+# generations at 2 s (12.5 MiB) and eight at 10 s, where its training step's peak memory stays that of one kernel at a
+# time (16 MiB raised it by 45 MiB, 13%; docs/benchmarks.md, "What a step launches")
+GENERATION_BYTES = 8 * 2**20
 # devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems: where matrix products run
 # faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward:
 # on a 2-core CPU, FFT 22 / 55 / 591 / 2503 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 29 / 60 / 269 / 986;
@@ -50,9 +57,27 @@ CHUNKED_DEVICES = ("cpu",)
 CHUNKED_MIN_LENGTH = 2048
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
-# id(kernel) -> (kernel, L, its kernel(L)) while a generated_together context is open (the kernel is held so that its
-# id is not reused); a context variable, so that forward passes in other threads neither see nor release them
-_GENERATED: contextvars.ContextVar[dict[int, tuple[MSSMKernel, int, tuple[Tensor, Tensor]]]] = contextvars.ContextVar(
+
+
+class _Generation:
+    """Kernels of one configuration generated in one call at length ``L`` (``run``), each kernel's result given once
+    (``take``), then dropped: the merged kernel is freed once every layer has taken its share."""
+
+    def __init__(self, kernels: list[MSSMKernel], L: int):
+        self.kernels, self.L = kernels, L
+        self.results: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def run(self) -> None:
+        self.results = {id(k): generated for k, generated in zip(self.kernels, batched_kernels(self.kernels, self.L))}
+
+    def take(self, kernel: MSSMKernel) -> tuple[Tensor, Tensor] | None:
+        """``kernel(L)`` from the generation, or None if it was already taken."""
+        return self.results.pop(id(kernel), None)
+
+
+# id(kernel) -> (kernel, its _Generation) while a generated_together context is open (the kernel is held so that its id
+# is not reused); a context variable, so that forward passes in other threads neither see nor release them
+_GENERATED: contextvars.ContextVar[dict[int, tuple[MSSMKernel, _Generation]]] = contextvars.ContextVar(
     "generated_kernels", default={})
 
 
@@ -74,39 +99,65 @@ def _chunked(kernels: list, L: int) -> bool:
     return bool(kernels) and kernels[0].D.device.type in CHUNKED_DEVICES and L >= CHUNKED_MIN_LENGTH
 
 
-def _batched(kernels: list, L: int) -> bool:
-    return bool(kernels) and kernels[0].D.device.type in BATCHED_DEVICES and not _chunked(kernels, L)
+def generation_groups(kernels: list, L: int) -> list[list]:
+    """``kernels`` (in order) split into the groups generated together at length ``L``: MSSM kernels by
+    configuration, each group in the order of its first kernel; on devices outside ``BATCHED_DEVICES`` a group is cut
+    where its ``C x H x L`` kernels would exceed ``GENERATION_BYTES`` (a single kernel larger than that is a group of
+    its own). Kernels of other types are groups of one."""
+    groups, open_groups = [], {}  # signature -> the group being filled
+    for kernel in kernels:
+        if type(kernel) is not MSSMKernel:
+            groups.append([kernel])
+            continue
+        signature = _signature(kernel)
+        group = open_groups.get(signature)
+        if group is not None and kernel.D.device.type not in BATCHED_DEVICES:
+            size = kernel.out_channels * kernel.channels * L * kernel.D.element_size() * (len(group) + 1)
+            if size > GENERATION_BYTES:
+                group = None
+        if group is None:
+            group = open_groups[signature] = []
+            groups.append(group)
+        group.append(kernel)
+    return groups
 
 
 def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
-    """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, in one batched generation on the
-    devices of ``BATCHED_DEVICES``; on those of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM
-    kernel's ``DiagonalSystem`` instead. Inside ``generated_together`` the kernels it generated are taken from it."""
+    """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, those of one configuration in
+    one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of kernels each); on the
+    devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel's ``DiagonalSystem`` instead.
+    Inside ``generated_together`` the kernels are taken from its generations."""
     generated = _GENERATED.get()
-    if kernels and all(generated.get(id(kernel), (None, -1))[1] == L for kernel in kernels):
-        return [generated[id(kernel)][2] for kernel in kernels]
-    if _chunked(kernels, L):
-        return [kernel.chunkable_system(L) if type(kernel) is MSSMKernel else kernel(L) for kernel in kernels]
-    if _batched(kernels, L):
-        return batched_kernels(kernels, L)
-    return [kernel(L) for kernel in kernels]
+    results = {}
+    for kernel in kernels:
+        entry = generated.get(id(kernel))
+        taken = entry[1].take(kernel) if entry is not None and entry[1].L == L else None
+        if taken is not None:
+            results[id(kernel)] = taken
+    missing = [kernel for kernel in kernels if id(kernel) not in results]
+    if _chunked(missing, L):
+        results.update((id(k), k.chunkable_system(L) if type(k) is MSSMKernel else k(L)) for k in missing)
+    elif missing:
+        for group in generation_groups(missing, L):
+            results.update((id(k), generated) for k, generated in zip(group, batched_kernels(group, L)))
+    return [results[id(kernel)] for kernel in kernels]
 
 
 @contextlib.contextmanager
 def generated_together(module: nn.Module, L: int) -> Iterator[None]:
     """While open, ``layer_kernels`` gives the MSSM kernels inside ``module`` (every layer of an encoder, both
-    directions, all stages) at length ``L`` from one batched generation per configuration, where ``layer_kernels``
-    would batch them (``BATCHED_DEVICES``, with autograd): one generation per forward pass, not one per layer. The
-    generated kernels are held until the context closes."""
+    directions, all stages) at length ``L`` from batched generations (``generation_groups``: one per configuration on
+    a GPU; on a CPU, groups of consecutive layers' kernels of at most ``GENERATION_BYTES``), with autograd: a few
+    generations per forward pass, not one per layer. The generations run when the context opens, before the layers'
+    activations are held (their transients then add little to the step's peak memory); each kernel's result is given
+    once and freed with the layer's use of it."""
     kernels = [m for m in module.modules() if type(m) is MSSMKernel]
     held = dict(_GENERATED.get())  # a new dict: the default and an enclosing context's stay as they are
-    if _batched(kernels, L):
-        by_configuration = collections.defaultdict(list)
-        for kernel in kernels:
-            by_configuration[_signature(kernel)].append(kernel)
-        for group in by_configuration.values():
-            if can_batch(group):
-                held.update((id(k), (k, L, generated)) for k, generated in zip(group, batched_kernels(group, L)))
+    if kernels and not _chunked(kernels, L) and (kernels[0].training or torch.is_grad_enabled()):
+        for group in generation_groups(kernels, L):  # groups of one too: no layer then regenerates its other kernels
+            generation = _Generation(group, L)
+            held.update((id(k), (k, generation)) for k in group)
+            generation.run()
     token = _GENERATED.set(held)
     try:
         yield

@@ -165,21 +165,42 @@ def fft_conv(
     return masked_output(y, padding_mask, u.dtype)
 
 
+def _two_way_taps(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None], L: int,
+                  dtype: torch.dtype) -> Tensor:
+    """The ``2 x C x H x L`` taps of both directions' kernels, each skip added to its tap 0."""
+    (Kf, Df), (Kb, Db) = causal, anticausal
+    D = None if Df is None else torch.stack([Df, Db])
+    return _taps(torch.stack([_first_taps(Kf, L), _first_taps(Kb, L)]), L, dtype, D)
+
+
+def two_way_spectrum(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None], L: int,
+                     dtype: torch.dtype = torch.float32) -> Tensor:
+    """What ``two_way_fft_conv`` multiplies the spectrum of length-``L`` inputs by: ``2 x C x H x (n/2 + 1)``
+    complex (``n = fft_size(2 L - 1)``), the causal kernel's spectrum and the anti-causal one's conjugate, skips
+    included. It depends on the kernels and ``L`` only: inference keeps it (``spectrum=`` of ``two_way_fft_conv``).
+    ``dtype``: the real compute dtype of the inputs (float32 or float64)."""
+    return _kernel_spectrum(_two_way_taps(causal, anticausal, L, dtype), None, fft_size(2 * L - 1), two_way=True)
+
+
 def two_way_fft_conv(
     u: Tensor, causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None],
-    padding_mask: Tensor | None = None,
+    padding_mask: Tensor | None = None, spectrum: Tensor | None = None,
 ) -> Tensor:
     """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
 
     Equals ``torch.stack([fft_conv(u1, *causal, padding_mask), fft_conv(u2, *anticausal, padding_mask,
-    reverse=True)], dim=1)`` for ``u = cat([u1, u2], dim=1)``: the two directions of a bidirectional block as one
-    convolution, each direction's outputs contiguous.
+    reverse=True)], dim=1)`` for ``u = cat([u1, u2], dim=1)`` at every real position: the two directions of a
+    bidirectional block as one convolution, each direction's outputs contiguous. Padded positions are zeroed on
+    input only, so they never reach a real position; their outputs are not zeroed (in a stack of stages the next
+    stage zeroes them on its input: one masking per stage, not two).
 
     Args:
         u: ``B x 2H x L``.
         causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (both or neither
             with a skip).
-        padding_mask: ``B x L``, True at padded positions (zeroed on input and output, as in ``fft_conv``).
+        padding_mask: ``B x L``, True at padded positions.
+        spectrum: ``two_way_spectrum(causal, anticausal, L, ...)`` where the caller keeps it (inference only: no
+            gradient reaches the kernels through it).
     Returns:
         ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
@@ -188,10 +209,15 @@ def two_way_fft_conv(
         _check_kernel(u[:, :H], K, D, padding_mask)
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    (Kf, Df), (Kb, Db) = causal, anticausal
-    D = None if Df is None else torch.stack([Df, Db])
-    taps = _taps(torch.stack([_first_taps(Kf, L), _first_taps(Kb, L)]), L, x.dtype, D)  # 2 x C x H x L
-    return masked_output(_SpectralConvolution.apply(x, taps, None, True), padding_mask, u.dtype)
+    if spectrum is not None:
+        if torch.is_grad_enabled() and (u.requires_grad or any(t.requires_grad for k in (causal, anticausal)
+                                                                for t in k if t is not None)):
+            raise ValueError("a kept spectrum is for inference: with autograd the kernels' gradients need their taps")
+        n = fft_size(2 * L - 1)
+        y = torch.fft.irfft(_input_spectrum(x, n, True) * spectrum, n=n)[..., :L]
+    else:
+        y = _SpectralConvolution.apply(x, _two_way_taps(causal, anticausal, L, x.dtype), None, True)
+    return y.to(u.dtype)
 
 
 def bidirectional_fft_conv(

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .discretization import discretize_dense
+from .inference_cache import tensors_key
 from .recurrence import Recurrence
 
 
@@ -90,7 +91,7 @@ class SSMKernel(nn.Module, abc.ABC):
         return True
 
     def _cached_kernel(self, L: int) -> Tensor:
-        parameters = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters())
+        parameters = tensors_key(self.parameters())
         cached = getattr(self, "_inference_kernel", None)
         if cached is not None and cached[0] == parameters:
             length = cached[1].shape[-1]

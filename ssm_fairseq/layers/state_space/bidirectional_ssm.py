@@ -6,8 +6,14 @@ from torch import Tensor, nn
 
 from ...ssm.batched_kernels import layer_kernels
 from ...ssm.chunked_conv import DiagonalSystem
-from ...ssm.fft_conv import two_way_fft_conv
+from ...ssm.fft_conv import fft_size, two_way_fft_conv, two_way_spectrum
+from ...ssm.inference_cache import caching, kept
 from .multihead_ssm import MultiHeadSSM
+
+# the largest spectrum (both directions of one stage, ``2 x C x D x (n/2 + 1)`` complex) kept between forward passes in
+# inference: 8 MiB keeps a width-512 stage's up to 384 frames (15 s at 40 ms), so that a long utterance does not hold
+# twice its kernels' memory in spectra
+KEPT_SPECTRUM_BYTES = 8 * 2**20
 
 
 class BidirectionalSSM(nn.Module):
@@ -47,29 +53,58 @@ class BidirectionalSSM(nn.Module):
 
         Each stage is one convolution (``two_way_fft_conv``), one activation and one dropout over both directions
         (they have the same gating and ``p``), and one batched product for the two directions' Linears (their
-        weights stacked at compute time)."""
+        weights stacked at compute time). In inference the stacked weights and each stage's spectrum (up to
+        ``KEPT_SPECTRUM_BYTES``) are kept until a parameter changes (``ssm.inference_cache``)."""
         directions = (self.forward_ssm, self.backward_ssm)
         B, L, D = x.shape
         x = x.transpose(1, 2)
         if self.forward_ssm.in_proj is None:
             h = torch.cat([x, x], dim=1)
         else:  # both projections in one product: B x 2D x L
-            weight = torch.cat([ssm.in_proj.weight for ssm in directions])
-            bias = torch.cat([ssm.in_proj.bias for ssm in directions])
-            h = torch.baddbmm(bias.unsqueeze(-1), weight.expand(B, -1, -1), x)
+            weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
+            h = torch.baddbmm(bias, weight.expand(B, -1, -1), x)
         for i, kernels in enumerate(zip(forward_kernels, backward_kernels)):
-            y = two_way_fft_conv(h, *kernels, padding_mask)  # B x 2 x C x D x L
+            spectrum = self._kept_spectrum(i, kernels, L, h.dtype) if caching(self) else None
+            y = two_way_fft_conv(h, *kernels, padding_mask, spectrum=spectrum)  # B x 2 x C x D x L
             h = self.forward_ssm.activated(y.flatten(0, 1))  # 2B x D x L
             if i < len(self.forward_ssm.linears):
-                h = _two_linears([ssm.linears[i] for ssm in directions], h)
+                linears = [ssm.linears[i] for ssm in directions]
+                weight, bias = kept(self, f"linears {i}", [t for lin in linears for t in (lin.weight, lin.bias)],
+                                    lambda: _stacked_linears(linears))
+                h = _two_linears(weight, bias, h)
             h = h.view(B, 2 * D, L)
         return h.transpose(1, 2)
 
+    def _in_proj_parameters(self) -> list[Tensor]:
+        return [t for ssm in (self.forward_ssm, self.backward_ssm) for t in (ssm.in_proj.weight, ssm.in_proj.bias)]
 
-def _two_linears(linears: list[nn.Linear], x: Tensor) -> Tensor:
-    """``linears[d]`` applied to ``x[2 b + d]`` (``2B x D_in x L``, channels first): ``2B x D_out x L``, in one
-    batched product (the weights stacked, and repeated for each ``b`` where ``B > 1``)."""
+    def _stacked_in_proj(self) -> tuple[Tensor, Tensor]:
+        """Both directions' projections as one: weight ``2D x D``, bias ``2D x 1``."""
+        directions = (self.forward_ssm, self.backward_ssm)
+        return (torch.cat([ssm.in_proj.weight for ssm in directions]),
+                torch.cat([ssm.in_proj.bias for ssm in directions]).unsqueeze(-1))
+
+    def _kept_spectrum(self, stage: int, kernels: tuple, L: int, dtype: torch.dtype) -> Tensor | None:
+        """Stage ``stage``'s ``two_way_spectrum`` at length ``L``, kept while the stage's kernels are unchanged (and
+        the length the same), or None where it would exceed ``KEPT_SPECTRUM_BYTES``."""
+        n = fft_size(2 * L - 1)
+        K = kernels[0][0]
+        if 2 * K.shape[0] * K.shape[1] * (n // 2 + 1) * 2 * K.element_size() > KEPT_SPECTRUM_BYTES:
+            return None
+        stage_kernels = (self.forward_ssm.kernels[stage], self.backward_ssm.kernels[stage])
+        tensors = [t for kernel in stage_kernels for t in (*kernel.parameters(), *kernel.buffers())]
+        return kept(self, f"spectrum {stage}", tensors, lambda: two_way_spectrum(*kernels, L, dtype), (L, dtype))
+
+
+def _stacked_linears(linears: list[nn.Linear]) -> tuple[Tensor, Tensor]:
+    """Two Linears' weights and biases stacked: ``2 x D_out x D_in`` and ``2 x D_out x 1``."""
+    weight = torch.stack([linear.weight for linear in linears])
+    return weight, torch.stack([linear.bias for linear in linears]).unsqueeze(-1)
+
+
+def _two_linears(weight: Tensor, bias: Tensor, x: Tensor) -> Tensor:
+    """Linear ``d`` (``weight[d]``, ``bias[d]`` of ``_stacked_linears``) applied to ``x[2 b + d]`` (``2B x D_in x
+    L``, channels first): ``2B x D_out x L``, in one batched product (the weights repeated for each ``b`` where
+    ``B > 1``)."""
     batch = x.shape[0] // 2
-    weight = torch.stack([linear.weight for linear in linears]).expand(batch, -1, -1, -1).flatten(0, 1)
-    bias = torch.stack([linear.bias for linear in linears]).unsqueeze(-1).expand(batch, -1, -1, -1).flatten(0, 1)
-    return torch.baddbmm(bias, weight, x)
+    return torch.baddbmm(bias.expand(batch, -1, -1, -1).flatten(0, 1), weight.expand(batch, -1, -1, -1).flatten(0, 1), x)
