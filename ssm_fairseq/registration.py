@@ -31,7 +31,8 @@ from types import ModuleType
 from typing import Callable, Sequence
 
 PACKAGE = __name__.rpartition(".")[0]
-REGISTERING = ("asr.transducer.criterion", "asr.transducer.model", "text", "optim", "asr.transducer.task")
+REGISTERING = ("asr.transducer.criterion", "asr.transducer.model", "text", "optim", "asr.transducer.task",
+               "asr.features.adaptive_cmvn")
 PATCHES = "fairseq_patches"
 
 

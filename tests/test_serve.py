@@ -174,6 +174,42 @@ def test_bad_messages_get_named_errors_while_another_client_is_served(recognizer
     assert connections == sessions == 0
 
 
+def test_a_stream_whose_features_are_not_finite_fails_alone_while_the_others_are_served(recognizer,
+                                                                                    streaming_model):
+    """Two clients stepped together; from their first step together on, one stream's filterbank gives NaN (finite
+    samples can still make features that are not): that client gets a named bad_audio error, the other its offline
+    transcript."""
+    paths = streaming_model.files[:2]
+    calls, poisoned = [], []
+    step_streams = recognizer.step_streams
+
+    def poisoning(chunks, sources=None):
+        calls.append(len(chunks))
+        if len(chunks) == 2 and not poisoned:
+            stream = list(chunks)[1]
+            accept = stream.filterbank.accept_waveform
+            stream.filterbank.accept_waveform = lambda samples: np.full_like(accept(samples), np.nan)
+            poisoned.append(stream)
+        return step_streams(chunks, sources)
+
+    async def scenario():
+        server = SpeechServer(recognizer, step_ms=160)
+        async with running(server) as url, aiohttp.ClientSession() as http:
+            return await asyncio.gather(*[stream_file(http, f"{url}/asr", path, realtime=0.5) for path in paths])
+
+    recognizer.step_streams = poisoning
+    try:
+        received = asyncio.run(scenario())
+    finally:
+        del recognizer.step_streams
+    assert poisoned, calls  # the two streams were stepped together
+    failed = [got for got in received if got.errors]
+    assert len(failed) == 1 and [r["code"] for r in failed[0].errors] == ["bad_audio"]
+    assert "not finite" in failed[0].errors[0]["error"]
+    (path, good), = [(path, got) for path, got in zip(paths, received) if not got.errors]
+    assert good.final["text"] == recognizer.transcribe([path])[0]
+
+
 def test_vanished_and_idle_clients_are_dropped_while_the_others_are_served(recognizer, streaming_model):
     path = streaming_model.files[2]
     samples, _ = sf.read(str(path), dtype="float32")

@@ -18,6 +18,8 @@ import soundfile as sf
 import torch
 import yaml
 from fairseq.data.audio.data_cfg import S2TDataConfig
+from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
+from fairseq.data.audio.feature_transforms.global_cmvn import GlobalCMVN
 
 from ssm_fairseq.asr import Recognizer
 from ssm_fairseq.asr.features.transforms import NonFiniteFeaturesError
@@ -154,13 +156,15 @@ def test_streams_of_one_recognizer_run_in_threads_at_once(causal):
     assert [results.get(path) for path in files] == recognizer.transcribe(files)
 
 
-def test_features_not_finite_after_the_transforms_are_refused_streamed_as_offline(causal):
-    """The one check of ``asr.features.transformed``: a transform that makes inf (as global CMVN would with a zero
-    standard deviation) is refused offline naming the file, and in a stream (naming the file in ``stream_file``)."""
+def test_features_not_finite_after_the_transforms_are_refused_streamed_as_offline(causal, tmp_path):
+    """The one check of ``asr.features.transformed``: a transform that makes inf (global CMVN with a zero standard
+    deviation) is refused offline naming the file, and in a stream (naming the file in ``stream_file``)."""
     data, checkpoint, files = causal
     recognizer = Recognizer(checkpoint, device="cpu", **SEARCHES["greedy"])
-    stream = recognizer.stream()
-    recognizer.feature_transforms = lambda features: np.full_like(features, np.inf)
+    zero_std = tmp_path / "zero_std.npz"
+    np.savez(zero_std, mean=np.zeros(80, dtype=np.float32), std=np.zeros(80, dtype=np.float32))
+    recognizer.feature_transforms = CompositeAudioFeatureTransform([GlobalCMVN(str(zero_std))])  # x / 0
+    stream = recognizer.stream()  # after the swap: a stream takes its transforms' state when its utterance starts
     with pytest.raises(AudioError, match=f"^{re.escape(str(files[0]))}: features are not finite"):
         recognizer.transcribe(files[:1])
     samples, _ = sf.read(str(files[0]), dtype="float32")

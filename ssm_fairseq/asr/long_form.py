@@ -103,11 +103,13 @@ class WindowedEncoder:
             yield self._encode(recognizer.features(path))
             return
         cache: dict = {}
+        features_state = recognizer.feature_stream() if self.streams else None  # adaptive CMVN's running statistics
         for n, window in enumerate(self.windows, 1):
             fbank = self.spans.filterbank(window.start, window.end)
             try:
                 if self.streams:
-                    yield recognizer.encode_chunk(fbank, cache, final=n == len(self.windows))
+                    yield recognizer.encode_chunk(fbank, cache, final=n == len(self.windows),
+                                                  stream_features=features_state)
                     continue
                 features = torch.from_numpy(self.normalise(fbank))
             except NonFiniteFeaturesError as error:

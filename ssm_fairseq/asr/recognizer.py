@@ -37,7 +37,8 @@ from .encoder.subsampling import subsampling_stride
 from . import offline, stream_batch
 from .checkpoint import load_checkpoint
 from .endpoints import EndpointRules
-from .features.transforms import NonFiniteFeaturesError, streaming_transform_problem, transformed
+from .features.transforms import (FeatureStream, NonFiniteFeaturesError, decoding_transforms,
+                                  streaming_transform_problem, transformed)
 from .incremental_text import unit_pieces
 from .options import DecodingOptions, choose_device, precision_dtype
 from .stream import Stream
@@ -81,6 +82,9 @@ class Recognizer:
         self.unit_pieces = unit_pieces(self.dictionary, self.generator.symbols_to_strip_from_output)
         self.feature_transforms = CompositeAudioFeatureTransform.from_config_dict(
             self.task.data_cfg.get_feature_transforms(EVALUATION_SPLIT, False))
+        # the options' CMVN (cmvn_stats, cmvn_adapt_frames) in place of the config's, if they set one
+        self.feature_transforms = decoding_transforms(self.feature_transforms, self.options.cmvn_stats,
+                                                      self.options.cmvn_adapt_frames)
         self.max_frames = min(self.task.max_positions()[0], self.model.max_positions()[0])
         self.encoder_stride = subsampling_stride(self.model.cfg.subsampler, self.model.cfg.tr_stride)
         self.frame_seconds = self.encoder_stride * FRAME_SHIFT_SAMPLES / SAMPLE_RATE
@@ -89,7 +93,8 @@ class Recognizer:
         logger.info(f"{checkpoint}: {cfg.model._name}, {sum(p.numel() for p in self.model.parameters()):,} "
                     f"parameters, on {self.device} in {dtype}; {self.options.describe_search()}"
                     + (f"; look-ahead {lookahead} frames ({1000 * lookahead * self.frame_seconds:.0f} ms)"
-                       if lookahead else ""))
+                       if lookahead else "")
+                    + (f"; {self.options.describe_cmvn()}" if self.options.describe_cmvn() else ""))
 
     def _load_model(self, checkpoint: Path | str, state: dict) -> torch.nn.Module:
         """The checkpoint's model with its weights, on this recognizer's device in its precision, in eval mode."""
@@ -134,15 +139,28 @@ class Recognizer:
         except NonFiniteFeaturesError as error:
             raise AudioError(path, f"{error}{where}") from error
 
-    def transform_chunk(self, features: np.ndarray) -> np.ndarray:
+    def transform_chunk(self, features: np.ndarray, stream_features: FeatureStream | None = None) -> np.ndarray:
         """A stream's next ``T x 80`` filterbank frames (``T`` may be 0) -> the ``T x 80`` features the model saw in
-        training (``features.transformed``: per-frame transforms; ``NonFiniteFeaturesError`` unless finite)."""
-        return np.ascontiguousarray(transformed(self.feature_transforms, features), dtype=np.float32)
+        training (``features.transformed``; ``NonFiniteFeaturesError`` unless finite), through the stream's own
+        ``stream_features`` (``feature_stream()``), where causal transforms (adaptive CMVN) keep its statistics.
+        Without it, per-frame transforms only: ``ValueError`` for transforms that keep statistics per stream."""
+        if stream_features is None:
+            problem = streaming_transform_problem(self.feature_transforms)
+            if problem:
+                raise ValueError(problem)
+        transforms = self.feature_transforms if stream_features is None else stream_features
+        return np.ascontiguousarray(transformed(transforms, features), dtype=np.float32)
 
-    def encode_chunk(self, features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
+    def feature_stream(self) -> FeatureStream:
+        """A new stream's (or utterance's) state of the feature transforms, for ``transform_chunk``."""
+        return FeatureStream(self.feature_transforms)
+
+    def encode_chunk(self, features: np.ndarray, cache: dict, final: bool,
+                     stream_features: FeatureStream | None = None) -> torch.Tensor:
         """A stream's next ``T x 80`` filterbank frames (``T`` may be 0) -> the ``1 x T' x D`` encoder frames they
-        complete, through ``transform_chunk`` (``NonFiniteFeaturesError``) and ``encode_features``."""
-        return self.encode_features(self.transform_chunk(features), cache, final)
+        complete, through ``transform_chunk`` (with the stream's ``stream_features``; ``NonFiniteFeaturesError``)
+        and ``encode_features``."""
+        return self.encode_features(self.transform_chunk(features, stream_features), cache, final)
 
     @torch.no_grad()
     def encode_features(self, features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
@@ -159,7 +177,7 @@ class Recognizer:
             self.model.encoder.check_streamable()
         except ValueError as error:
             return str(error)
-        return streaming_transform_problem(self.feature_transforms)
+        return streaming_transform_problem(self.feature_transforms, per_stream_state=True)  # Stream keeps one
 
     def stream(self, timestamps: bool = False, endpoints: EndpointRules | None = None) -> Stream:
         """A new ``Stream`` on this recognizer's model: make one per source (they share the model, not their

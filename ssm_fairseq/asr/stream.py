@@ -122,6 +122,7 @@ class Stream:
     def _new_utterance(self) -> None:
         """No utterance in progress: the next sample accepted starts one."""
         self.filterbank = StreamingFilterbank()
+        self.features = self.recognizer.feature_stream()  # the transforms' running statistics (adaptive CMVN)
         self.waiting = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # transformed frames short of a whole group
         self.fed = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # the encoder's last look-ahead's worth of input
         self.encoder_cache: dict = {}
@@ -173,7 +174,7 @@ class Stream:
     def take_samples(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> None:
         """Continue the utterance of ``source`` with ``samples``: their filterbank frames, transformed, wait for the
         encoder (``encoder_input``)."""
-        frames = self.recognizer.transform_chunk(self.filterbank.accept_waveform(samples))
+        frames = self.recognizer.transform_chunk(self.filterbank.accept_waveform(samples), self.features)
         self.waiting = np.concatenate([self.waiting, frames]) if len(self.waiting) else frames
         self.in_progress, self.source = True, source
 

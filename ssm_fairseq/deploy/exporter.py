@@ -206,12 +206,11 @@ def checkpoint_metadata(recognizer, offline: bool = False) -> dict:
     transforms that need the whole utterance (unless ``offline``: the whole-utterance encoder takes global or
     utterance CMVN) and ``UnsupportedModelError`` for a pre-tokenizer (its decoding has no torch-free form here)."""
     transforms = [] if recognizer.feature_transforms is None else recognizer.feature_transforms.transforms
-    if offline:
-        names = [type(t).__name__ for t in transforms]
-        if len(names) > 1 or any(name not in OFFLINE_TRANSFORMS for name in names):
-            raise UnsupportedModelError(f"the data directory's feature transforms {names}: the ONNX runtime applies "
-                                        "one of global or utterance CMVN")
-    else:
+    names = [type(t).__name__ for t in transforms]
+    if len(names) > 1 or any(name not in OFFLINE_TRANSFORMS for name in names):  # adaptive CMVN too
+        raise UnsupportedModelError(f"the data directory's feature transforms {names}: the ONNX runtime applies "
+                                    "one of global or utterance CMVN")
+    if not offline:
         problem = recognizer.streaming_problem()
         if problem:
             raise NotStreamableError(f"{problem} (ssm-export-onnx --offline exports the whole-utterance encoder)")

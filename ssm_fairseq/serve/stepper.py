@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ..asr.stream_batch import StreamsFailedError
 from .protocol import ProtocolError, final_message, partial_message, segment_message
 from .session import INTERNAL_ERROR, NORMAL, Session
 
@@ -123,6 +124,12 @@ class StreamStepper:
         chunks = {session.stream: task.audio for session, task in work.items() if len(task.audio)}
         try:
             partials = self.recognizer.step_streams(chunks) if chunks else {}
+        except StreamsFailedError as failed:  # streams whose features were not finite fail alone; the others go on
+            bad = {stream: ProtocolError("bad_audio", f"the features of this stream are not finite: {error}")
+                   for stream, error in failed.errors.items()}
+            return {session: (([], bad[session.stream]) if session.stream in bad
+                              else self._messages(session, failed.partials.get(session.stream), task.finishing))
+                    for session, task in work.items()}
         except Exception as error:  # noqa: BLE001 - the model's failure on these streams, named to their clients
             logger.exception(f"a step of {len(chunks)} streams failed")
             failure = ProtocolError("server_error", f"the model failed on this step: {error}")
