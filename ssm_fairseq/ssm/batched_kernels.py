@@ -18,8 +18,8 @@ generation (the merged kernel, and in the backward pass the gradients of all its
 Vandermonde products) grow with the kernels batched, and batching the whole ``mssm_transducer`` encoder (its layers'
 64 kernels in one generation, its sub-sampler's 24 in two) at 10 s raised its peak training memory from 188 to 671 MiB.
 So on a CPU consecutive layers' kernels are generated in groups of at most ``GENERATION_BYTES`` (``generation_groups``),
-when the encoder starts (before its activations are held), each freed once its layers have taken their kernels: two
-generations for the encoder at 2 s, eight at 10 s, and the peak memory at 10 s that of one kernel at a time. On CPU
+each when its first kernel is needed and freed once its layers have taken their kernels: two generations for the
+encoder at 2 s, eight at 10 s, where the training step's peak memory is 13% above one kernel at a time. On CPU
 (``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel is not generated at all:
 ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
 (``chunked_conv.py``).
@@ -43,10 +43,11 @@ from .mssm_kernel import MSSMKernel
 # costs more than its arithmetic); elsewhere (a CPU) a generation holds at most GENERATION_BYTES of kernels
 BATCHED_DEVICES = ("cuda",)
 # on devices outside BATCHED_DEVICES, the bytes of ``C x H x L`` kernels one generation may give: its transients (the
-# power tables of the Vandermonde product and, in the backward pass, the gradients of all its kernels and the
-# transposed products) are several times that. At 8 MiB the ``mssm_transducer`` encoder's 64 kernels are two
-# generations at 2 s (12.5 MiB) and eight at 10 s, where its training step's peak memory stays that of one kernel at a
-# time (16 MiB raised it by 45 MiB, 13%; docs/benchmarks.md, "What a step launches")
+# power tables of the Vandermonde product, about four times its kernels' bytes at 250 positions, and in the backward
+# pass the gradients of all its kernels and the transposed products) grow with it. The ``mssm_transducer`` encoder's
+# training step at 10 s (64 kernels of 1 MiB, 88 with the sub-sampler's): peak 264 MiB one kernel at a time, 271 /
+# 298 / 352 MiB with generations of 4 / 8 / 16 MiB; at 2 s its 64 kernels (12.5 MiB) are 2 generations at 8 MiB
+# (3755 operators a step) and 1 at 16 MiB (3601) (docs/benchmarks.md, "What a step launches")
 GENERATION_BYTES = 8 * 2**20
 # devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems: where matrix products run
 # faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward:
@@ -60,18 +61,18 @@ _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 
 
 class _Generation:
-    """Kernels of one configuration generated in one call at length ``L`` (``run``), each kernel's result given once
-    (``take``), then dropped: the merged kernel is freed once every layer has taken its share."""
+    """Kernels of one configuration generated in one call at length ``L`` when the first of them is needed, each
+    kernel's result given once (``take``), then dropped: the merged kernel is freed once every layer has taken its
+    share, so that one generation's kernels are held at a time, not the whole encoder's."""
 
     def __init__(self, kernels: list[MSSMKernel], L: int):
         self.kernels, self.L = kernels, L
-        self.results: dict[int, tuple[Tensor, Tensor]] = {}
-
-    def run(self) -> None:
-        self.results = {id(k): generated for k, generated in zip(self.kernels, batched_kernels(self.kernels, self.L))}
+        self.results: dict[int, tuple[Tensor, Tensor]] | None = None
 
     def take(self, kernel: MSSMKernel) -> tuple[Tensor, Tensor] | None:
-        """``kernel(L)`` from the generation, or None if it was already taken."""
+        """``kernel(L)`` from the generation (run now if it has not yet), or None if it was already taken."""
+        if self.results is None:
+            self.results = {id(k): generated for k, generated in zip(self.kernels, batched_kernels(self.kernels, self.L))}
         return self.results.pop(id(kernel), None)
 
 
@@ -148,16 +149,14 @@ def generated_together(module: nn.Module, L: int) -> Iterator[None]:
     """While open, ``layer_kernels`` gives the MSSM kernels inside ``module`` (every layer of an encoder, both
     directions, all stages) at length ``L`` from batched generations (``generation_groups``: one per configuration on
     a GPU; on a CPU, groups of consecutive layers' kernels of at most ``GENERATION_BYTES``), with autograd: a few
-    generations per forward pass, not one per layer. The generations run when the context opens, before the layers'
-    activations are held (their transients then add little to the step's peak memory); each kernel's result is given
-    once and freed with the layer's use of it."""
+    generations per forward pass, not one per layer. Each generation runs when its first kernel is needed (so that one
+    generation's kernels are held at a time, not the whole encoder's); each kernel's result is given once."""
     kernels = [m for m in module.modules() if type(m) is MSSMKernel]
     held = dict(_GENERATED.get())  # a new dict: the default and an enclosing context's stay as they are
     if kernels and not _chunked(kernels, L) and (kernels[0].training or torch.is_grad_enabled()):
         for group in generation_groups(kernels, L):  # groups of one too: no layer then regenerates its other kernels
             generation = _Generation(group, L)
             held.update((id(k), (k, generation)) for k in group)
-            generation.run()
     token = _GENERATED.set(held)
     try:
         yield

@@ -189,16 +189,18 @@ def two_way_fft_conv(
     """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
 
     Equals ``torch.stack([fft_conv(u1, *causal, padding_mask), fft_conv(u2, *anticausal, padding_mask,
-    reverse=True)], dim=1)`` for ``u = cat([u1, u2], dim=1)`` at every real position: the two directions of a
-    bidirectional block as one convolution, each direction's outputs contiguous. Padded positions are zeroed on
-    input only, so they never reach a real position; their outputs are not zeroed (in a stack of stages the next
-    stage zeroes them on its input: one masking per stage, not two).
+    reverse=True)], dim=1)`` for ``u = cat([u1, u2], dim=1)``: the two directions of a bidirectional block as one
+    convolution, each direction's outputs contiguous. Padded positions are zeroed on input, so they never reach a
+    real position, and on output (that zeroing is also the compact copy of the inverse FFT's first ``L`` of ``n``
+    positions which an activation keeps for the backward pass); with a kept ``spectrum`` (inference, nothing kept for
+    a backward pass) the outputs at padded positions are not zeroed: in a stack of stages the next stage zeroes them
+    on its input, one masking per stage instead of two.
 
     Args:
         u: ``B x 2H x L``.
         causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (both or neither
             with a skip).
-        padding_mask: ``B x L``, True at padded positions.
+        padding_mask: ``B x L``, True at padded positions (zeroed on input and, without ``spectrum``, on output).
         spectrum: ``two_way_spectrum(causal, anticausal, L, ...)`` where the caller keeps it (inference only: no
             gradient reaches the kernels through it).
     Returns:
@@ -214,10 +216,9 @@ def two_way_fft_conv(
                                                                 for t in k if t is not None)):
             raise ValueError("a kept spectrum is for inference: with autograd the kernels' gradients need their taps")
         n = fft_size(2 * L - 1)
-        y = torch.fft.irfft(_input_spectrum(x, n, True) * spectrum, n=n)[..., :L]
-    else:
-        y = _SpectralConvolution.apply(x, _two_way_taps(causal, anticausal, L, x.dtype), None, True)
-    return y.to(u.dtype)
+        return torch.fft.irfft(_input_spectrum(x, n, True) * spectrum, n=n)[..., :L].to(u.dtype)
+    y = _SpectralConvolution.apply(x, _two_way_taps(causal, anticausal, L, x.dtype), None, True)
+    return masked_output(y, padding_mask, u.dtype)
 
 
 def bidirectional_fft_conv(
