@@ -111,7 +111,8 @@ from pathlib import Path
 work, seeds = Path(sys.argv[1]), sys.argv[2:]
 header, rows = None, []
 for seed in seeds:
-    tables = sorted((work / f"seed{seed}").glob("wer_*.md"))
+    # stage 5's table; stages 6-8 write wer_<arch>_lm_<lm arch>.md beside it
+    tables = sorted(t for t in (work / f"seed{seed}").glob("wer_*.md") if "_lm_" not in t.name)
     if len(tables) != 1:
         sys.exit(f"seed {seed}: expected one WER table in {work / f'seed{seed}'}, found {len(tables)}")
     lines = tables[0].read_text().splitlines()
