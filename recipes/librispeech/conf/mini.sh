@@ -53,4 +53,4 @@ lm_train_args="${LM_TRAIN_ARGS:---sample-break-mode eos --tokens-per-sample 128 
 lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.5}"
 # LODR (stage 8): each weight above 0 subtracts that times a bigram of the training transcripts (built by stage 6)
 # from every fused unit's score, at each LM weight above 0; 0 alone: shallow fusion only
-ilm_weights="${ILM_WEIGHTS:-0}"
+ilm_weights="${ILM_WEIGHTS:-0 0.2}"
