@@ -22,7 +22,16 @@ recording is never held), and goes chunk by chunk through:
   chunk's queries attend to at most that many past frames and their chunk's. An encoder alone: compare it with the
   recognizer's ``encoder`` row (the recognizer's other rows are what a complete recognizer adds).
 
-Both run in the same process, chunk after chunk, so that the machine's load hits both alike. The table gives, for
+With ``--lm-path`` (and ``--lm-weight``, and for LODR ``--ilm-path`` / ``--ilm-weight``) the recognizer's search
+is fused with that language model. With ``--compare-lm`` too, two recognizers of the same checkpoint stream the
+same chunks one after the other, ``plain`` (no LM) and ``fused``: the table has each one's rows, and a second table
+sets them side by side (CPU and wall medians per chunk, fused / plain) for the first minute and the last, with the
+two streams' transcripts compared (the LM should change some words, and never the encoder's cost).
+
+    flock /tmp/cpu.lock python scripts/benchmarks/streaming_cost.py --minutes 5 --compare-lm \
+        --lm-path /work/models/lmseeds/lmwork/checkpoints/lm_spade_lm/checkpoint_best.pt --lm-weight 0.3
+
+All run in the same process, chunk after chunk, so that the machine's load hits them alike. The table gives, for
 the first minute of the stream and for the last, the median and the mean over its chunks of the wall time and of
 the process's CPU time (``time.process_time``; run with ``--threads 1`` for it to be the chunk's own) per chunk,
 and their ratio last / first. Below it: the process's peak resident memory (VmHWM) after the first minute and at
@@ -40,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+import editdistance
 import numpy as np
 import soundfile as sf
 import torch
@@ -137,36 +147,67 @@ class Clock:
 
 
 PARTS = ["recognizer", "features", "encoder", "search", "text", "reference"]
+STREAM_PARTS = PARTS[:-1]
 LABELS = {"recognizer": "recognizer, end to end (accept_waveform)", "features": "  features",
           "encoder": "  encoder (MSSM, state carried)", "search": "  search, endpoints, segments' words",
           "text": "  text (partial transcript)"}
 
 
+def fusion_options(args: argparse.Namespace) -> dict:
+    """The recognizer options of ``--lm-path`` / ``--lm-weight`` / ``--ilm-path`` / ``--ilm-weight`` (none without
+    ``--lm-path``)."""
+    if args.lm_path is None:
+        return {}
+    options = {"lm_path": args.lm_path, "lm_weight": args.lm_weight}
+    if args.ilm_path is not None:
+        options.update(ilm_path=args.ilm_path, ilm_weight=args.ilm_weight)
+    return options
+
+
+def streams_to_run(args: argparse.Namespace) -> dict[str, dict]:
+    """Name -> the recognizer options of each stream measured: one (named ``""``), or ``plain`` and ``fused``."""
+    if args.compare_lm:
+        return {"plain": {}, "fused": fusion_options(args)}
+    return {"": fusion_options(args)}
+
+
+def instrument(recognizer: Recognizer, stream, clock: Clock, name: str, encoder_input: list[np.ndarray]
+               ) -> Callable:
+    """Time ``stream``'s parts into ``clock`` under ``name`` (``part`` or ``name:part``) and keep the feature
+    frames its encoder takes in ``encoder_input`` -> the timed ``accept_waveform``."""
+    key = (lambda part: f"{name}:{part}") if name else (lambda part: part)
+    encode_features = clock.wrap(key("encoder"), recognizer.encode_features)
+
+    def encode(features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
+        encoder_input.append(features)
+        return encode_features(features, cache, final)
+    recognizer.encode_features = encode
+    for part, method in (("features", "take_samples"), ("search", "search_frames"), ("text", "partial_text")):
+        setattr(stream, method, clock.wrap(key(part), getattr(stream, method)))
+    return clock.wrap(key("recognizer"), stream.accept_waveform)
+
+
 def run(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict]:
-    """The stream through both -> per chunk ``{part: (wall, cpu)}`` of the first minute and of the last (only those
-    are kept, so that the benchmark's own records do not grow with the stream), and memory and stream facts."""
+    """The stream through each recognizer and the reference -> per chunk ``{part: (wall, cpu)}`` (``name:part`` with
+    ``--compare-lm``) of the first minute and of the last (only those are kept, so that the benchmark's own records
+    do not grow with the stream), and memory and stream facts (per stream name)."""
     files = sorted((args.corpus_root / args.subset).glob("*/*/*.flac"))
     if not files:
         sys.exit(f"{args.corpus_root / args.subset}: no .flac files")
-    recognizer = Recognizer(args.checkpoint, device=args.device, beam=args.beam)
+    clock = Clock()
+    encoder_inputs: dict[str, list[np.ndarray]] = {}
+    streams, accepts = {}, {}
+    for name, options in streams_to_run(args).items():
+        recognizer = Recognizer(args.checkpoint, device=args.device, beam=args.beam, **options)
+        streams[name] = recognizer.stream(timestamps=recognizer.tokenizer is None, endpoints=EndpointRules())
+        encoder_inputs[name] = []
+        accepts[name] = instrument(recognizer, streams[name], clock, name, encoder_inputs[name])
     cfg = recognizer.model.cfg
     left_context = round(args.left_context_seconds / recognizer.frame_seconds)
     torch.manual_seed(0)
     reference = CachedCausalTransformer(cfg.encoder_embed_dim, cfg.encoder_layers, cfg.encoder_ffn_embed_dim,
                                         cfg.encoder_attention_heads, left_context, recognizer.encoder_stride
                                         ).to(args.device).eval()
-    stream = recognizer.stream(timestamps=recognizer.tokenizer is None, endpoints=EndpointRules())
-    clock = Clock()
-    encoder_input: list[np.ndarray] = []
-
-    def encode(features: np.ndarray, cache: dict, final: bool) -> torch.Tensor:
-        encoder_input.append(features)
-        return encode_features(features, cache, final)
-    encode_features = clock.wrap("encoder", recognizer.encode_features)
-    recognizer.encode_features = encode
-    for part, method in (("features", "take_samples"), ("search", "search_frames"), ("text", "partial_text")):
-        setattr(stream, method, clock.wrap(part, getattr(stream, method)))
-    accept = clock.wrap("recognizer", stream.accept_waveform)
     reference_cache: list = []
     chunk = round(args.chunk_ms * SAMPLE_RATE / 1000)
     chunks_per_minute = max(1, round(60 * 1000 / args.chunk_ms))
@@ -174,10 +215,12 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict]:
     last: collections.deque[dict] = collections.deque(maxlen=chunks_per_minute)
     facts = {}
     step_reference = clock.wrap("reference", _step_reference)
+    reference_input = encoder_inputs[next(iter(encoder_inputs))]  # every stream's encoder takes the same frames
     for n, samples in enumerate(long_stream(files, args.minutes, args.pause_seconds, chunk)):
-        encoder_input.clear()
-        accept(samples)
-        step_reference(reference, encoder_input, reference_cache, args.device)
+        for name, accept in accepts.items():
+            encoder_inputs[name].clear()
+            accept(samples)
+        step_reference(reference, reference_input, reference_cache, args.device)
         cost = clock.take()
         last.append(cost)
         if n < chunks_per_minute:
@@ -186,9 +229,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict]:
             facts["peak after minute 1"] = status_kib("VmHWM") / 1024
     facts["peak at the end"] = status_kib("VmHWM") / 1024
     facts.setdefault("peak after minute 1", facts["peak at the end"])
-    facts["segments"] = len(stream.segments)
-    facts["words"] = sum(len(segment.text.split()) for segment in stream.segments)
-    facts["text chars"] = sum(len(segment.text) for segment in stream.segments)
+    for name, stream in streams.items():
+        facts[name] = {"segments": [segment.text for segment in stream.segments],
+                       "words": sum(len(segment.text.split()) for segment in stream.segments),
+                       "text chars": sum(len(segment.text) for segment in stream.segments)}
     facts["reference cache frames"] = reference_cache[0][0].shape[2] if reference_cache else 0
     facts["chunks"] = n + 1
     return first, list(last), facts
@@ -203,29 +247,61 @@ def _step_reference(reference: CachedCausalTransformer, encoder_input: list[np.n
         reference.step(features[:, :features.shape[1] // reference.stride * reference.stride], cache)
 
 
+def stats(chunks: list[dict], part: str, what: int) -> tuple[float, float]:
+    """Median and mean over ``chunks`` of ``part``'s wall (``what`` 0) or CPU (1) milliseconds."""
+    values = [1000 * chunk.get(part, (0.0, 0.0))[what] for chunk in chunks]
+    return statistics.median(values), statistics.fmean(values)
+
+
+def row_label(name: str, part: str) -> str:
+    label = LABELS[part]
+    indent = label[:len(label) - len(label.lstrip())]
+    return f"{indent}{name}: {label.lstrip()}" if name else label
+
+
 def table(first: list[dict], last: list[dict], facts: dict, args: argparse.Namespace) -> None:
     last_name = f"minute {args.minutes:g}" if facts["chunks"] > len(first) else "minute 1 (the whole stream)"
-
-    def stats(chunks: list[dict], part: str, what: int) -> tuple[float, float]:
-        values = [1000 * chunk.get(part, (0.0, 0.0))[what] for chunk in chunks]
-        return statistics.median(values), statistics.fmean(values)
-
     print(f"| ms per {args.chunk_ms:g} ms chunk | minute 1 wall median / mean | minute 1 CPU median / mean | "
           f"{last_name} wall median / mean | {last_name} CPU median / mean | last / first (CPU median) |")
     print("|---|---|---|---|---|---|")
     left = f"{args.left_context_seconds:g} s"
-    labels = dict(LABELS, reference=f"reference: causal transformer, key/value cache capped at {left} (encoder only)")
-    for part in PARTS:
+    names = list(streams_to_run(args))
+    rows = [(f"{name}:{part}" if name else part, row_label(name, part)) for name in names for part in STREAM_PARTS]
+    rows.append(("reference", f"reference: causal transformer, key/value cache capped at {left} (encoder only)"))
+    for part, label in rows:
         cells = [stats(chunks, part, what) for chunks in (first, last) for what in (0, 1)]
         ratio = cells[3][0] / cells[1][0] if cells[1][0] else float("nan")
-        print(f"| {labels[part]} | " + " | ".join(f"{median:.2f} / {mean:.2f}" for median, mean in cells)
+        print(f"| {label} | " + " | ".join(f"{median:.2f} / {mean:.2f}" for median, mean in cells)
               + f" | {ratio:.2f}x |")
+    if args.compare_lm:
+        comparison(first, last, last_name, args)
     peak1, peak = facts["peak after minute 1"], facts["peak at the end"]
     print(f"\nprocess peak resident memory (VmHWM): {peak1:.1f} MiB after minute 1, {peak:.1f} MiB at the end "
           f"({peak / peak1:.3f}x)")
-    print(f"stream at the end: {facts['segments']} segments ended, {facts['words']} words "
-          f"({facts['text chars']} characters) kept segment by segment; reference cache: "
-          f"{facts['reference cache frames']} frames per layer")
+    for name in names:
+        held = facts[name]
+        print(f"stream{' ' + name if name else ''} at the end: {len(held['segments'])} segments ended, "
+              f"{held['words']} words ({held['text chars']} characters) kept segment by segment")
+    if args.compare_lm:
+        plain, fused = (" ".join(facts[name]["segments"]).split() for name in ("plain", "fused"))
+        print(f"fused against plain: {editdistance.eval(plain, fused)} word edits between their transcripts "
+              f"({len(plain)} and {len(fused)} words)")
+    print(f"reference cache: {facts['reference cache frames']} frames per layer")
+
+
+def comparison(first: list[dict], last: list[dict], last_name: str, args: argparse.Namespace) -> None:
+    """The plain and the fused stream side by side: CPU (wall) medians per chunk and fused / plain."""
+    print(f"\n| ms per {args.chunk_ms:g} ms chunk, CPU median (wall median) | minute 1 plain | minute 1 fused | "
+          f"fused / plain | {last_name} plain | {last_name} fused | fused / plain |")
+    print("|---|---|---|---|---|---|---|")
+    for part in STREAM_PARTS:
+        cells = []
+        for chunks in (first, last):
+            (plain_wall, _), (plain_cpu, _), (fused_wall, _), (fused_cpu, _) = (
+                stats(chunks, f"{name}:{part}", what) for name in ("plain", "fused") for what in (0, 1))
+            ratio = fused_cpu / plain_cpu if plain_cpu else float("nan")
+            cells += [f"{plain_cpu:.2f} ({plain_wall:.2f})", f"{fused_cpu:.2f} ({fused_wall:.2f})", f"{ratio:.2f}x"]
+        print(f"| {LABELS[part]} | " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,16 +316,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam", type=int, default=4, help="1: greedy search (default 4, as the recipe decodes)")
     parser.add_argument("--left-context-seconds", type=float, default=10.0,
                         help="the reference transformer's key/value cache (default 10 s)")
+    parser.add_argument("--lm-path", type=Path, help="a language model to fuse into the search (its dictionary "
+                        "must be the checkpoint's data directory's)")
+    parser.add_argument("--lm-weight", type=float, default=0.3, help="the LM's weight (default 0.3)")
+    parser.add_argument("--ilm-path", type=Path, help="LODR: a bigram of the training transcripts "
+                        "(scripts/build_bigram.py) subtracted as the internal LM")
+    parser.add_argument("--ilm-weight", type=float, default=0.0, help="the bigram's weight (default 0)")
+    parser.add_argument("--compare-lm", action="store_true",
+                        help="stream the same chunks through a plain and a fused recognizer, side by side")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is the chunk's)")
     args = parser.parse_args(argv)
     if not (args.minutes > 0 and args.chunk_ms > 0 and args.pause_seconds >= 0 and args.left_context_seconds > 0):
         parser.error("--minutes, --chunk-ms and --left-context-seconds must be positive, --pause-seconds >= 0")
+    if (args.compare_lm or args.ilm_path is not None) and args.lm_path is None:
+        parser.error("--compare-lm and --ilm-path need --lm-path")
     torch.set_num_threads(args.threads)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    fusion = "" if args.lm_path is None else (
+        f"; {'plain and fused' if args.compare_lm else 'fused'} with {args.lm_path} at weight {args.lm_weight:g}"
+        + ("" if args.ilm_path is None else f", LODR {args.ilm_path} at weight {args.ilm_weight:g}"))
     print(f"# A {args.minutes:g}-minute stream of {args.subset} utterances with {args.pause_seconds:g} s pauses in "
-          f"{args.chunk_ms:g} ms chunks: {args.checkpoint}, beam {args.beam}, endpoints and word timestamps on; "
-          f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}; load average {load} at the "
+          f"{args.chunk_ms:g} ms chunks: {args.checkpoint}, beam {args.beam}{fusion}, endpoints and word timestamps "
+          f"on; device {args.device}, {args.threads} thread(s), torch {torch.__version__}; load average {load} at the "
           f"start\n")
     first, last, facts = run(args)
     table(first, last, facts, args)

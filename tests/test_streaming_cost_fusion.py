@@ -1,0 +1,86 @@
+"""``scripts/benchmarks/streaming_cost.py`` with a language model: ``--lm-path`` fuses it into the measured stream,
+``--compare-lm`` measures a plain and a fused stream over the same chunks and sets them side by side. On the tiny
+causal model of ``test_streaming_transcriber`` and a tiny ``spade_lm`` trained here over its dictionary (a few
+seconds). No time is asserted; the rows, the side-by-side table and the stream lines are."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from cli import BIN, REPO, run_ok
+from test_streaming_transcriber import causal  # noqa: F401  (the trained tiny causal model's fixture)
+from test_transcribe import LM_ARCHS, SINGLE_THREAD, _one_thread, _script  # noqa: F401  (_one_thread: autouse)
+
+pytestmark = pytest.mark.slow
+
+PARTS = ["recognizer, end to end (accept_waveform)", "features", "encoder (MSSM, state carried)",
+         "search, endpoints, segments' words", "text (partial transcript)"]
+REFERENCE = "reference: causal transformer, key/value cache capped at 10 s (encoder only)"
+
+
+@pytest.fixture(scope="module")
+def spade_lm(causal, tmp_path_factory):
+    """A ``spade_lm`` checkpoint over the causal model's dictionary, 10 updates on its training transcripts (as the
+    recipe prepares an LM's text: ``scripts/prepare_lm_text.py``)."""
+    data, _, _ = causal
+    root = tmp_path_factory.mktemp("lm")
+    assert _script("prepare_lm_text").main(["--data", str(data), "--out", str(root / "text"), "--train-manifests",
+                                            "train-mini", "--valid-manifests", "test-mini"]) == 0
+    run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(data / "dict.txt"), "--trainpref",
+            str(root / "text/train.txt"), "--validpref", str(root / "text/valid.txt"), "--destdir", str(root / "bin"),
+            "--workers", "1"])
+    run_ok([str(BIN / "fairseq-train"), str(root / "bin"), "--user-dir", "ssm_fairseq", "--task", "language_modeling",
+            "--arch", "spade_lm", *LM_ARCHS["spade_lm"].split(), "--sample-break-mode", "eos", "--tokens-per-sample",
+            "256", "--optimizer", "adam", "--lr", "1e-2", "--max-update", "10", "--batch-size", "4",
+            "--required-batch-size-multiple", "1", "--save-dir", str(root / "spade_lm"), "--no-epoch-checkpoints",
+            "--num-workers", "0", "--cpu"], env=SINGLE_THREAD)
+    return root / "spade_lm" / "checkpoint_last.pt"
+
+
+def streaming_cost(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "scripts/benchmarks"))  # its measurement helpers, as when run as a script
+    spec = importlib.util.spec_from_file_location("streaming_cost", REPO / "scripts/benchmarks/streaming_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(out: str) -> list[str]:
+    return [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_compare_lm_measures_a_plain_and_a_fused_stream_side_by_side(causal, spade_lm, capsys, monkeypatch):
+    data, checkpoint, files = causal
+    arguments = ["--checkpoint", str(checkpoint), "--corpus-root", str(files[0].parents[3]), "--minutes", "0.05",
+                 "--beam", "2", "--pause-seconds", "0.5", "--lm-path", str(spade_lm), "--lm-weight", "0.5"]
+    assert streaming_cost(monkeypatch).main([*arguments, "--compare-lm"]) == 0
+    out = capsys.readouterr().out
+    assert f"plain and fused with {spade_lm} at weight 0.5" in out
+    rows = table_rows(out)
+    header = rows.index("ms per 320 ms chunk, CPU median (wall median)")
+    assert rows[1:header] == [f"plain: {part}" for part in PARTS] + [f"fused: {part}" for part in PARTS] + [REFERENCE]
+    assert rows[header + 1:] == PARTS
+    side_by_side = out.split("fused / plain |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(side_by_side) == len(PARTS)
+    for line in side_by_side:  # plain, fused, fused / plain for minute 1 and for the last
+        cells = [cell.strip() for cell in line.split("|")[2:-1]]
+        assert len(cells) == 6 and cells[2].endswith("x") and cells[5].endswith("x")
+    assert "stream plain at the end:" in out and "stream fused at the end:" in out
+    assert "word edits between their transcripts" in out
+
+
+def test_lm_path_alone_measures_one_fused_stream(causal, spade_lm, capsys, monkeypatch):
+    data, checkpoint, files = causal
+    assert streaming_cost(monkeypatch).main([
+        "--checkpoint", str(checkpoint), "--corpus-root", str(files[0].parents[3]), "--minutes", "0.02", "--beam",
+        "1", "--lm-path", str(spade_lm), "--lm-weight", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert f"fused with {spade_lm} at weight 0.5" in out and "plain and fused" not in out
+    assert table_rows(out)[1:] == PARTS + [REFERENCE]
+
+
+def test_compare_lm_without_an_lm_is_refused(monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        streaming_cost(monkeypatch).main(["--compare-lm"])
+    assert "--compare-lm and --ilm-path need --lm-path" in capsys.readouterr().err
