@@ -29,14 +29,14 @@ sets them side by side (CPU and wall medians per chunk, fused / plain) for the f
 two streams' transcripts compared (the LM should change some words, and never the encoder's cost).
 
     flock /tmp/cpu.lock python scripts/benchmarks/streaming_cost.py --minutes 5 --compare-lm \
-        --lm-path /work/models/lmseeds/lmwork/checkpoints/lm_spade_lm/checkpoint_best.pt --lm-weight 0.3
+        --lm-path LM_DIR/checkpoint_best.pt --lm-weight 0.3  # an LM over the checkpoint's dictionary
 
 All run in the same process, chunk after chunk, so that the machine's load hits them alike. The table gives, for
 the first minute of the stream and for the last, the median and the mean over its chunks of the wall time and of
 the process's CPU time (``time.process_time``; run with ``--threads 1`` for it to be the chunk's own) per chunk,
 and their ratio last / first. Below it: the process's peak resident memory (VmHWM) after the first minute and at
 the end, and what the stream holds at the end (segments ended, their words). Times are printed, never asserted.
-Run alone, under the CPU lock: another busy process slows both.
+Run alone, under the CPU lock: another busy process slows them all.
 """
 from __future__ import annotations
 
