@@ -50,13 +50,15 @@ def table_rows(out: str) -> list[str]:
     return [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line]
 
 
-def test_compare_lm_measures_a_plain_and_a_fused_stream_side_by_side(causal, spade_lm, capsys, monkeypatch):
+@pytest.mark.parametrize("search", ("exact", "modified"))
+def test_compare_lm_measures_a_plain_and_a_fused_stream_side_by_side(causal, spade_lm, capsys, monkeypatch, search):
     data, checkpoint, files = causal
     arguments = ["--checkpoint", str(checkpoint), "--corpus-root", str(files[0].parents[3]), "--minutes", "0.05",
-                 "--beam", "2", "--pause-seconds", "0.5", "--lm-path", str(spade_lm), "--lm-weight", "0.5"]
+                 "--beam", "2", "--search", search, "--pause-seconds", "0.5", "--lm-path", str(spade_lm),
+                 "--lm-weight", "0.5"]
     assert streaming_cost(monkeypatch).main([*arguments, "--compare-lm"]) == 0
     out = capsys.readouterr().out
-    assert f"plain and fused with {spade_lm} at weight 0.5" in out
+    assert f"beam 2, {search} search; plain and fused with {spade_lm} at weight 0.5" in out
     rows = table_rows(out)
     header = rows.index("ms per 320 ms chunk, CPU median (wall median)")
     assert rows[1:header] == [f"plain: {part}" for part in PARTS] + [f"fused: {part}" for part in PARTS] + [REFERENCE]
@@ -76,7 +78,7 @@ def test_lm_path_alone_measures_one_fused_stream(causal, spade_lm, capsys, monke
         "--checkpoint", str(checkpoint), "--corpus-root", str(files[0].parents[3]), "--minutes", "0.02", "--beam",
         "1", "--lm-path", str(spade_lm), "--lm-weight", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert f"fused with {spade_lm} at weight 0.5" in out and "plain and fused" not in out
+    assert f"greedy search; fused with {spade_lm} at weight 0.5" in out and "plain and fused" not in out
     assert table_rows(out)[1:] == PARTS + [REFERENCE]
 
 

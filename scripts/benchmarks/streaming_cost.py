@@ -10,11 +10,12 @@ recording is never held), and goes chunk by chunk through:
 
 * ``recognizer``: a real ``Stream`` on ``--checkpoint`` (default the mini recipe's streaming model,
   ``/work/models/mini_streaming``), with endpoints (``EndpointRules()``: the search, its LM context and the partial
-  transcript restart at each) and word timestamps, beam ``--beam``: ``accept_waveform`` whole, and its parts:
-  ``features`` (filterbank and transforms, ``Stream.take_samples``), ``encoder`` (the causal encoder's step,
-  ``Recognizer.encode_features``), ``search`` (the search over the chunk's encoder frames, the endpoint rules and
-  each ended segment's final transcript and word times, ``Stream.search_frames``) and ``text`` (the partial
-  transcript, ``Stream.partial_text``: incremental detokenization).
+  transcript restart at each) and word timestamps, beam ``--beam`` (``--search exact`` or ``modified``):
+  ``accept_waveform`` whole, and its parts: ``features`` (filterbank and transforms, ``Stream.take_samples``),
+  ``encoder`` (the causal encoder's step, ``Recognizer.encode_features``), ``search`` (the search over the chunk's
+  encoder frames, the endpoint rules and each ended segment's final transcript and word times,
+  ``Stream.search_frames``) and ``text`` (the partial transcript, ``Stream.partial_text``: incremental
+  detokenization).
 * ``reference``: a causal transformer encoder of the checkpoint's width, depth, FFN width and attention heads
   (random weights: the cost does not depend on them), the same 4-frame sub-sampling (frames stacked and projected),
   pre-LayerNorm layers, no positional encoding, stepped over the same feature frames the recognizer's encoder gets:
@@ -198,7 +199,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict]:
     encoder_inputs: dict[str, list[np.ndarray]] = {}
     streams, accepts = {}, {}
     for name, options in streams_to_run(args).items():
-        recognizer = Recognizer(args.checkpoint, device=args.device, beam=args.beam, **options)
+        recognizer = Recognizer(args.checkpoint, device=args.device, beam=args.beam, search=args.search, **options)
         streams[name] = recognizer.stream(timestamps=recognizer.tokenizer is None, endpoints=EndpointRules())
         encoder_inputs[name] = []
         accepts[name] = instrument(recognizer, streams[name], clock, name, encoder_inputs[name])
@@ -314,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-ms", type=float, default=320.0)
     parser.add_argument("--pause-seconds", type=float, default=1.0, help="noise after each utterance (default 1)")
     parser.add_argument("--beam", type=int, default=4, help="1: greedy search (default 4, as the recipe decodes)")
+    parser.add_argument("--search", choices=("exact", "modified"), default="exact",
+                        help="with a beam: exact (several labels per frame, default) or modified (one) beam search")
     parser.add_argument("--left-context-seconds", type=float, default=10.0,
                         help="the reference transformer's key/value cache (default 10 s)")
     parser.add_argument("--lm-path", type=Path, help="a language model to fuse into the search (its dictionary "
@@ -336,9 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     fusion = "" if args.lm_path is None else (
         f"; {'plain and fused' if args.compare_lm else 'fused'} with {args.lm_path} at weight {args.lm_weight:g}"
         + ("" if args.ilm_path is None else f", LODR {args.ilm_path} at weight {args.ilm_weight:g}"))
+    searching = "greedy search" if args.beam == 1 else f"beam {args.beam}, {args.search} search"
     print(f"# A {args.minutes:g}-minute stream of {args.subset} utterances with {args.pause_seconds:g} s pauses in "
-          f"{args.chunk_ms:g} ms chunks: {args.checkpoint}, beam {args.beam}{fusion}, endpoints and word timestamps "
-          f"on; device {args.device}, {args.threads} thread(s), torch {torch.__version__}; load average {load} at the "
+          f"{args.chunk_ms:g} ms chunks: {args.checkpoint}, {searching}{fusion}, endpoints and word timestamps on; "
+          f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}; load average {load} at the "
           f"start\n")
     first, last, facts = run(args)
     table(first, last, facts, args)
