@@ -50,6 +50,15 @@ frame), so ``split_words`` adds them back, at the model's frame duration, and cu
 frame would (``silence_after_speech`` after the last emission frame; measured in the wrong unit, offline cut only
 after 1.04 s of blanks).
 
+Pauses in the audio (``pause_seconds``): the stream's counterpart of offline ``--split-at-pauses``
+(``pause_segments``). Each filterbank frame is tested for quiet as it arrives (``pause_segments.CausalQuietness``:
+the offline test with the levels seen so far); the frames of a quiet run are held back from the encoder, and when
+the run reaches ``pause_seconds`` the segment ends at the run's start (its encoder finished on the frames before,
+as an utterance's is), the quiet run is dropped (offline, keeping none of a pause measured best), and the encoder
+and search start afresh at the next frame that is not quiet: each segment is decoded as an utterance would be on
+its own. A quiet run shorter than that is fed to the encoder when sound resumes (the partial transcript waits for
+it: at most ``pause_seconds``). ``blank_rules=False`` keeps only rule 3 (and the pauses) of the rules above.
+
 Pure Python (no torch): the command line imports it before it knows whether it needs torch.
 """
 from __future__ import annotations
@@ -70,14 +79,24 @@ DEFAULT_MAX_SEGMENT = 20.0  # seconds: rule 3
 class EndpointRules:
     """The three endpoint rules (see the module docstring), in seconds; ``ValueError`` for a value that is not a
     positive finite number. ``reset_encoder``: at each endpoint the encoder starts afresh too, as for a new
-    utterance (off: it carries its state on)."""
+    utterance (off: it carries its state on). ``pause_seconds``: also end a segment at every stretch of quiet audio
+    this long, dropped, the encoder restarted after it (None: off; see the module docstring); ``blank_rules``:
+    apply rules 1 and 2 (off: only rule 3 and the pauses, which need ``pause_seconds``)."""
 
     silence_without_speech: float = DEFAULT_SILENCE_WITHOUT_SPEECH
     silence_after_speech: float = DEFAULT_SILENCE_AFTER_SPEECH
     max_segment: float = DEFAULT_MAX_SEGMENT
     reset_encoder: bool = False
+    pause_seconds: float | None = None
+    blank_rules: bool = True
 
     def __post_init__(self):
+        pause = self.pause_seconds
+        if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float))
+                                  or not (math.isfinite(pause) and pause > 0)):
+            raise ValueError(f"endpoint pause_seconds must be a positive number of seconds, got {pause!r}")
+        if not self.blank_rules and pause is None:
+            raise ValueError("endpoints without the blank rules (blank_rules=False) need pause_seconds")
         for name in ("silence_without_speech", "silence_after_speech", "max_segment"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
@@ -89,9 +108,9 @@ class EndpointRules:
         ``trailing_blank_seconds`` of blank frames (the whole segment if it has no label; ``has_speech``: it has
         some): 1, 2 or 3, or None (the segment goes on). Rule 3 is checked last: a segment that ends at a pause
         ends by rule 1 or 2."""
-        if not has_speech and trailing_blank_seconds >= self.silence_without_speech:
+        if self.blank_rules and not has_speech and trailing_blank_seconds >= self.silence_without_speech:
             return 1
-        if has_speech and trailing_blank_seconds >= self.silence_after_speech:
+        if self.blank_rules and has_speech and trailing_blank_seconds >= self.silence_after_speech:
             return 2
         if segment_seconds >= self.max_segment:
             return 3

@@ -61,7 +61,9 @@ class DecodingOptions:
             offline in windows of that length, keeping each window's centre between ``window_context_seconds`` of
             context on each side; utterance CMVN per window or over the file (``windowing.Windowing``).
         pause_seconds: if positive, offline transcription cuts every file where its audio pauses at least this long
-            and decodes the pieces as utterances (``windowing.Windowing``, ``pause_segments``); 0: off.
+            and decodes the pieces as utterances (``windowing.Windowing``, ``pause_segments``); 0: off. A stream
+            is cut at its pauses by ``EndpointRules(pause_seconds=...)`` (``ssm-transcribe --stream
+            --split-at-pauses``).
         cmvn_stats: global CMVN statistics (a ``gcmvn.npz``: ``mean`` and ``std`` per bin) to normalise with in
             place of the data directory's CMVN (global, utterance or adaptive): a model trained on utterance CMVN
             decoded with its training set's global statistics. None: the config's CMVN.

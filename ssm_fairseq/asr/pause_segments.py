@@ -22,6 +22,13 @@ and 51.2% cut at the pauses' middles (24.8% for the utterances one at a time, 87
 mini corpus's utterances begin at their first sound, and the model, which never heard a quiet start, writes words
 into one. One model and one corpus: a model trained on utterances with silence around them may want some kept.
 
+A stream has no whole file: ``CausalQuietness`` applies the same test to each frame as it arrives, with the floor
+and speech levels of the levels seen so far (the last ``CAUSAL_WINDOW_SECONDS``, the frame included), so a frame's
+verdict never changes with what follows and does not depend on how the stream is chunked. Until the levels seen
+span ``MIN_DYNAMIC_RANGE_DB`` (a stream's first sentence, before its first pause), no frame is quiet: a pause at a
+stream's very start is fed to the model, where a file's would be dropped. ``Stream`` cuts at such pauses
+(``EndpointRules.pause_seconds``).
+
 Pure numpy (no torch).
 """
 from __future__ import annotations
@@ -37,6 +44,7 @@ MIN_DYNAMIC_RANGE_DB = 10.0  # levels that span less: no pause can be told from 
 QUIETEST_SMOOTHING = 20  # frames (0.2 s) averaged when a long stretch is cut at its quietest point
 KEPT_QUIET_SECONDS = 0.0  # of a pause, kept on each side of the segments around it (measured: module docstring)
 DB_PER_NEPER = 10 / math.log(10)
+CAUSAL_WINDOW_SECONDS = 60.0  # a stream's floor and speech levels: over at most this much of its latest audio
 
 
 def frame_levels_db(fbank: np.ndarray) -> np.ndarray:
@@ -97,3 +105,24 @@ def _fitted(levels: np.ndarray, start: int, end: int, max_frames: int) -> list[t
         segments.append((start, cut))
         start = cut
     return [*segments, (start, end)]
+
+
+class CausalQuietness:
+    """``quiet_frames`` for a stream, frame by frame: a frame is quiet when its level is below
+    ``floor + QUIET_SHARE x (speech - floor)`` of the levels seen so far (at most the last ``window_frames``,
+    the frame's own included), none while they span less than ``MIN_DYNAMIC_RANGE_DB``."""
+
+    def __init__(self, window_frames: int = round(CAUSAL_WINDOW_SECONDS * FRAMES_PER_SECOND)):
+        if window_frames < 1:
+            raise ValueError(f"the window of levels must hold at least one frame, got {window_frames}")
+        self.window_frames = window_frames
+        self.levels = np.zeros(0, dtype=np.float64)  # the last window_frames levels seen (dB)
+
+    def quiet(self, fbank: np.ndarray) -> np.ndarray:
+        """The next ``T x M`` log-Mel frames of the stream -> ``T`` booleans: which are quiet."""
+        verdicts = np.zeros(len(fbank), dtype=bool)
+        for index, level in enumerate(frame_levels_db(fbank) if len(fbank) else []):
+            self.levels = np.append(self.levels[len(self.levels) + 1 - self.window_frames:], level)
+            floor, speech = np.percentile(self.levels, [FLOOR_PERCENTILE, SPEECH_PERCENTILE])
+            verdicts[index] = speech - floor >= MIN_DYNAMIC_RANGE_DB and level < floor + QUIET_SHARE * (speech - floor)
+        return verdicts

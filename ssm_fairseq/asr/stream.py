@@ -76,6 +76,7 @@ from .endpoints import EndpointRules
 from .features.audio_features import NUM_MEL_BINS, SAMPLE_RATE, AudioError, read_16k_mono
 from .features.filterbank import StreamingFilterbank
 from .features.transforms import NonFiniteFeaturesError
+from .pause_segments import FRAMES_PER_SECOND, CausalQuietness
 from .samples import check_sample_range, chunk_samples
 from .incremental_text import IncrementalText
 from .search.hypothesis import Hypothesis
@@ -129,7 +130,21 @@ class Stream:
         self.in_progress = False  # a chunk accepted since the utterance started
         self.source: Hashable | None = None  # what the utterance's chunks come from, as its first chunk said
         self.segments: list[Segment] = []  # the segments ended so far by endpoints
+        # pause endpoints (``EndpointRules.pause_seconds``): the quiet test, the quiet run held back, where it is
+        self.quietness = CausalQuietness()
+        self.quiet_held = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)  # transformed frames of a quiet run
+        self.frames_seen = 0  # filterbank frames of the utterance so far
+        self.in_pause = False  # a pause is being dropped: the next frame that is not quiet starts a segment
+        self.time_offset = 0.0  # seconds: a segment's start less its start frame's time (the pauses dropped)
+        self.after_pause = False  # the segment in progress started after a pause
         self._new_segment(0)
+
+    @property
+    def pause_frames(self) -> int | None:
+        """Filterbank frames of quiet that end a segment (``EndpointRules.pause_seconds``), or None (off)."""
+        if self.endpoints is None or self.endpoints.pause_seconds is None:
+            return None
+        return math.ceil(self.endpoints.pause_seconds * FRAMES_PER_SECOND)
 
     def _new_segment(self, start_frame: int) -> None:
         """A new search, for the segment starting at the utterance's encoder frame ``start_frame``."""
@@ -256,9 +271,53 @@ class Stream:
 
     def _accept(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> str:
         """Continue the utterance with ``samples`` -> the partial transcript."""
-        self.take_samples(samples, source)
-        self._advance(final=False)
+        if self.pause_frames is None:
+            self.take_samples(samples, source)
+            self._advance(final=False)
+        else:
+            self._take_samples_cut_at_pauses(samples, source)
         return self.partial_text()
+
+    def _take_samples_cut_at_pauses(self, samples: np.ndarray | torch.Tensor, source: Hashable | None) -> None:
+        """``take_samples`` and ``_advance`` with pause endpoints (``ssm_fairseq.asr.endpoints``): the runs of quiet
+        frames (``CausalQuietness``) are held back; one that reaches ``pause_frames`` ends the segment where it
+        began and is dropped, and the next frame that is not quiet starts a segment on a fresh encoder. Each frame's
+        fate depends only on the frames up to it: the segments do not depend on the chunking."""
+        fbank = self.filterbank.accept_waveform(samples)
+        frames = self.recognizer.transform_chunk(fbank, self.features)
+        quiet = self.quietness.quiet(fbank)
+        self.in_progress, self.source = True, source
+        edges = np.flatnonzero(np.diff(quiet.astype(np.int8))) + 1
+        for start, end in zip([0, *edges], [*edges, len(frames)]):
+            at = self.frames_seen + start  # the run's first frame in the utterance
+            if not quiet[start]:
+                if self.in_pause:
+                    self._resume_after_pause(at)
+                self.waiting = np.concatenate([self.waiting, self.quiet_held, frames[start:end]])
+                self.quiet_held = self.quiet_held[:0]
+                self._advance(final=False)
+            elif not self.in_pause:
+                self.quiet_held = np.concatenate([self.quiet_held, frames[start:end]])
+                if len(self.quiet_held) >= self.pause_frames:
+                    self._end_at_pause((at + end - start - len(self.quiet_held)) / FRAMES_PER_SECOND)
+        self.frames_seen += len(frames)
+
+    def _end_at_pause(self, pause_start: float) -> None:
+        """A pause began at ``pause_start`` seconds: the encoder finishes the frames before it (as at an utterance's
+        end), the segment ends there, the pause's frames are dropped, and the encoder starts afresh."""
+        self.quiet_held = self.quiet_held[:0]
+        self._advance(final=True)
+        self._end_segment(final=False, end_seconds=pause_start, reset_encoder=False)
+        self.fed = self.fed[:0]
+        self.encoder_cache = {}
+        self.in_pause = True
+
+    def _resume_after_pause(self, frame: int) -> None:
+        """The first frame after a pause (``frame``, of the utterance's filterbank frames): the segment in progress
+        (a new search, no frame yet) starts at its time."""
+        self.in_pause = False
+        self.after_pause = True
+        self.time_offset = frame / FRAMES_PER_SECOND - self.segment_start * self.recognizer.frame_seconds
 
     @_one_call_at_a_time
     def accept_waveform(self, samples: np.ndarray | torch.Tensor, source: Hashable | None = None) -> str:
@@ -292,16 +351,21 @@ class Stream:
 
     def _finish(self, path: Path | str | None = None) -> list[Segment]:
         try:
+            if not self.in_pause:  # a quiet run at the end, shorter than a pause: the last segment's
+                self.waiting = np.concatenate([self.waiting, self.quiet_held])
             self._advance(final=True)
             self._end_segment(final=True, path=path)
             return self.segments
         finally:
             self._new_utterance()
 
-    def _end_segment(self, final: bool, path: Path | str | None = None) -> None:
+    def _end_segment(self, final: bool, path: Path | str | None = None, end_seconds: float | None = None,
+                     reset_encoder: bool = True) -> None:
         """End the segment in progress (with ``final``, the utterance's last): its final transcript into
-        ``segments`` (unless endpoints are on and it has no word), then a new search from the next frame. A
-        non-finite score raises ``ValueError`` (``AudioError`` naming ``path`` if given)."""
+        ``segments`` (unless endpoints are on and it has no word), then a new search from the next frame (and
+        encoder, with ``EndpointRules.reset_encoder`` unless ``reset_encoder`` is False). ``end_seconds``: where it
+        ends (default: after its last encoder frame). A non-finite score raises ``ValueError`` (``AudioError``
+        naming ``path`` if given)."""
         (best, *_), = self.search.finish(1, self.recognizer.generator.length_norm)
         if not math.isfinite(best.score):
             problem = (f"the hypothesis score is not finite (NaN or inf): the {self.recognizer.dtype} model computed "
@@ -309,16 +373,22 @@ class Stream:
             raise ValueError(problem) if path is None else AudioError(path, problem)
         seconds, duration = self.recognizer.frame_seconds, self.seconds_accepted
         frames = self.search.frames_done[0]
-        start, end = self.segment_start * seconds, duration if final else (self.segment_start + frames) * seconds
+        offset = self.time_offset  # the pauses dropped before the segment, in seconds
+        start = self.segment_start * seconds + offset
+        end = duration if final else end_seconds if end_seconds is not None else (
+            (self.segment_start + frames) * seconds + offset)
         # the segment's words inside it: a word's start and end reach over blank frames, not over the cut
         words = (self.recognizer.timed_words(best.tokens, [self.segment_start + f for f in best.frames],
-                                             min(end, duration), not_before=min(start, end))
+                                             min(end, duration) - offset, not_before=min(start, end) - offset)
                  if self.timestamps else [])
+        if offset:
+            words = [word._replace(start=word.start + offset, end=word.end + offset) for word in words]
         text = self.recognizer.text(best.tokens)
-        if self.endpoints is None or (text and not self._prior_only(best)):
+        if self.endpoints is None or (text and (self.after_pause or not self._prior_only(best))):
             self.segments.append(Segment(min(start, end), end, text, words))
-        if not final and self.endpoints.reset_encoder:
+        if not final and reset_encoder and self.endpoints.reset_encoder:
             self._reset_encoder()  # the next frames start the encoder afresh, as a new utterance
+        self.after_pause = False
         self._new_segment(self.segment_start + frames)
 
     def _prior_only(self, best: Hypothesis) -> bool:

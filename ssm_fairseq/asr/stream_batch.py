@@ -85,6 +85,11 @@ def step_streams(recognizer: Recognizer, chunks: Mapping[Stream, np.ndarray | to
         for stream in streams:
             held.enter_context(stream.held("step_streams"))
         for position, stream in enumerate(streams):
+            if stream.pause_frames is not None:
+                raise ValueError(f"stream {position} of the step ends segments at pauses "
+                                 f"(EndpointRules.pause_seconds), which cuts inside a chunk: step it alone "
+                                 f"(accept_waveform); no stream has changed")
+        for position, stream in enumerate(streams):
             try:
                 stream.check_chunk(chunks[stream], sources.get(stream))
             except (ValueError, RuntimeError) as error:  # RuntimeError: StreamInProgressError

@@ -19,10 +19,11 @@ alignment: the encoder frames at which the search emitted its units and the blan
 Segments: each file is one segment, from 0 to its length, unless ``--endpoints`` cuts it where the speaker pauses
 (``ssm_fairseq.asr.endpoints``: the rules, their defaults and why; ``--endpoint-*`` and ``--max-segment`` set
 them). Streamed, the search (and the LM's context) restarts at each endpoint while the encoder carries on;
-offline, the transcript's timed words are cut by the same rules. ``--split-at-pauses SECONDS`` (offline) cuts
+offline, the transcript's timed words are cut by the same rules. ``--split-at-pauses SECONDS`` cuts
 each file where its audio is quiet that long and transcribes the pieces as utterances (``ssm_fairseq.asr.
-pause_segments``), which models trained on single sentences need for recordings of several. ``--format`` writes the segments
-(``ssm_fairseq.asr.segment_formats``): ``text`` (the lines above), ``tsv`` (a row per segment with its start and
+pause_segments``), which models trained on single sentences need for recordings of several; with ``--stream``, as
+the pauses are heard (``EndpointRules.pause_seconds``: the encoder restarts after each). ``--format`` writes the
+segments (``ssm_fairseq.asr.segment_formats``): ``text`` (the lines above), ``tsv`` (a row per segment with its start and
 end), ``json`` (files, segments, and words with ``--timestamps``), ``srt`` and ``vtt`` (subtitles, a cue per
 segment). ``--output-dir DIR`` writes each audio file's output to ``DIR/NAME.EXT`` (``NAME`` the audio file's name
 without its extension), which subtitles of several files need.
@@ -102,9 +103,11 @@ def _add_running_arguments(parser: argparse.ArgumentParser) -> None:
                         help="offline windows with utterance CMVN: each window's own statistics (window, default) or "
                              "the whole file's (file: one more pass over the file)")
     parser.add_argument("--split-at-pauses", dest="pause_seconds", type=float, default=Windowing.pause_seconds,
-                        metavar="SECONDS", help="offline: cut each file where its audio pauses at least this long and "
+                        metavar="SECONDS", help="cut each file where its audio pauses at least this long and "
                         "transcribe the pieces as utterances (default 0: off; 0.25-0.5 for recordings of several "
-                        "sentences, which a model trained on single sentences transcribes badly whole)")
+                        "sentences, which a model trained on single sentences transcribes badly whole); with "
+                        "--stream, each pause ends a segment as it is heard, the encoder restarted after it "
+                        "(with --endpoints too, the rules' endpoints as well)")
     parser.add_argument("--cmvn-stats", default=None, metavar="NPZ",
                         help="normalise with these global CMVN statistics (a gcmvn.npz of the training audio) in "
                              "place of the data directory's CMVN (default: the config's)")
@@ -194,8 +197,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unprintable:
         parser.error(f"{unprintable[0]!r}: a file name holding a tab or a line break cannot be printed as "
                      f"PATH<TAB>transcript; rename the file (or call ssm_fairseq.asr.Recognizer from Python)")
-    if args.pause_seconds and (args.stream or args.onnx is not None):
-        parser.error("--split-at-pauses cuts files offline with --checkpoint; a stream is cut by --endpoints")
+    if args.pause_seconds and args.onnx is not None:
+        parser.error("--split-at-pauses cuts files with --checkpoint, offline or --stream, not with --onnx")
     if args.onnx is not None and (args.cmvn_stats is not None or args.cmvn_adapt_frames is not None):
         parser.error("--cmvn-stats and --cmvn-adapt set the features of --checkpoint; an --onnx directory applies the "
                      "CMVN it was exported with")
@@ -231,10 +234,14 @@ def _endpoint_rules(parser: argparse.ArgumentParser, args: argparse.Namespace) -
              "reset_encoder": "--endpoint-reset-encoder"}
     given = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in flags.items()}
     given = {name: value for name, value in given.items() if value not in (None, False)}
+    if args.stream and args.pause_seconds:  # a stream cut at its pauses: the pause endpoint (offline: Windowing)
+        given["pause_seconds"] = args.pause_seconds
     if not args.endpoints:
-        if given:
-            parser.error(f"{flags[next(iter(given))]}: an endpoint setting; add --endpoints")
-        return None
+        if set(given) - {"pause_seconds"}:
+            parser.error(f"{flags[next(iter(set(given) - {'pause_seconds'}))]}: an endpoint setting; add --endpoints")
+        if not given:
+            return None
+        given["blank_rules"] = False  # --split-at-pauses alone: the pauses (and the longest segment) cut the stream
     try:
         return EndpointRules(**given)
     except ValueError as error:
