@@ -8,9 +8,9 @@ import importlib.util
 
 import pytest
 
-from cli import BIN, REPO, run_ok
+from cli import REPO
 from test_streaming_transcriber import causal  # noqa: F401  (the trained tiny causal model's fixture)
-from test_transcribe import LM_ARCHS, SINGLE_THREAD, _one_thread, _script  # noqa: F401  (_one_thread: autouse)
+from test_transcribe import _one_thread, train_language_models  # noqa: F401  (_one_thread: autouse)
 
 pytestmark = pytest.mark.slow
 
@@ -24,18 +24,7 @@ def spade_lm(causal, tmp_path_factory):
     """A ``spade_lm`` checkpoint over the causal model's dictionary, 10 updates on its training transcripts (as the
     recipe prepares an LM's text: ``scripts/prepare_lm_text.py``)."""
     data, _, _ = causal
-    root = tmp_path_factory.mktemp("lm")
-    assert _script("prepare_lm_text").main(["--data", str(data), "--out", str(root / "text"), "--train-manifests",
-                                            "train-mini", "--valid-manifests", "test-mini"]) == 0
-    run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(data / "dict.txt"), "--trainpref",
-            str(root / "text/train.txt"), "--validpref", str(root / "text/valid.txt"), "--destdir", str(root / "bin"),
-            "--workers", "1"])
-    run_ok([str(BIN / "fairseq-train"), str(root / "bin"), "--user-dir", "ssm_fairseq", "--task", "language_modeling",
-            "--arch", "spade_lm", *LM_ARCHS["spade_lm"].split(), "--sample-break-mode", "eos", "--tokens-per-sample",
-            "256", "--optimizer", "adam", "--lr", "1e-2", "--max-update", "10", "--batch-size", "4",
-            "--required-batch-size-multiple", "1", "--save-dir", str(root / "spade_lm"), "--no-epoch-checkpoints",
-            "--num-workers", "0", "--cpu"], env=SINGLE_THREAD)
-    return root / "spade_lm" / "checkpoint_last.pt"
+    return train_language_models(data, tmp_path_factory.mktemp("lm"), ["spade_lm"])["spade_lm"]
 
 
 def streaming_cost(monkeypatch):

@@ -264,25 +264,30 @@ LM_ARCHS = {  # tiny language models over the transducer's units, trained for a 
 }
 
 
-@pytest.fixture(scope="module")
-def language_models(trained, tmp_path_factory) -> dict[str, Path]:
-    """{arch: checkpoint} of LMs trained on the fixture's training transcripts, as recipe stages 6-7 train them."""
-    data, _, _ = trained
-    root = tmp_path_factory.mktemp("lm")
+def train_language_models(data: Path, root: Path, archs=tuple(LM_ARCHS)) -> dict[str, Path]:
+    """{arch: checkpoint} of tiny LMs (``LM_ARCHS``, 10 updates) trained on the training transcripts of the speech
+    data directory ``data``, over its dictionary, as recipe stages 6-7 train them; their files under ``root``."""
     assert _script("prepare_lm_text").main(["--data", str(data), "--out", str(root / "text"), "--train-manifests",
                                             "train-mini", "--valid-manifests", "test-mini"]) == 0
     run_ok([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(data / "dict.txt"), "--trainpref",
             str(root / "text/train.txt"), "--validpref", str(root / "text/valid.txt"), "--destdir", str(root / "bin"),
             "--workers", "1"])
     checkpoints = {}
-    for arch, flags in LM_ARCHS.items():
+    for arch in archs:
         run_ok([str(BIN / "fairseq-train"), str(root / "bin"), "--user-dir", "ssm_fairseq", "--task",
-                "language_modeling", "--arch", arch, *flags.split(), "--sample-break-mode", "eos",
+                "language_modeling", "--arch", arch, *LM_ARCHS[arch].split(), "--sample-break-mode", "eos",
                 "--tokens-per-sample", "256", "--optimizer", "adam", "--lr", "1e-2", "--max-update", "10",
-                "--batch-size", "4", "--save-dir", str(root / arch), "--no-epoch-checkpoints", "--num-workers", "0",
-                "--cpu"], env=SINGLE_THREAD)
+                "--batch-size", "4", "--required-batch-size-multiple", "1", "--save-dir", str(root / arch),
+                "--no-epoch-checkpoints", "--num-workers", "0", "--cpu"], env=SINGLE_THREAD)
         checkpoints[arch] = root / arch / "checkpoint_best.pt"
     return checkpoints
+
+
+@pytest.fixture(scope="module")
+def language_models(trained, tmp_path_factory) -> dict[str, Path]:
+    """{arch: checkpoint} of LMs trained on the fixture's training transcripts, as recipe stages 6-7 train them."""
+    data, _, _ = trained
+    return train_language_models(data, tmp_path_factory.mktemp("lm"))
 
 
 def _scored(path: Path) -> tuple[dict[str, str], dict[str, float], dict[str, list[float]]]:
