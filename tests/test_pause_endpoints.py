@@ -108,3 +108,18 @@ def test_the_command_line_streams_with_split_at_pauses(causal, tmp_path, capsys)
 def test_pause_settings_out_of_range_are_refused(rules):
     with pytest.raises(ValueError, match="pause_seconds"):
         EndpointRules(**rules)
+
+
+def test_a_pre_roll_starts_the_segments_after_pauses_earlier_at_every_chunk_size(causal, monkeypatch):  # noqa: F811
+    """``stream.PAUSE_PRE_ROLL`` frames of each pause's end are fed before the next segment: the segments after a
+    pause start that much earlier, the same at every chunk size."""
+    data, checkpoint, files = causal
+    recognizer = Recognizer(checkpoint, device="cpu", beam=2)
+    samples = _joined(files[:3])
+    plain = _streamed(recognizer, samples, 320 * 16)
+    monkeypatch.setattr("ssm_fairseq.asr.stream.PAUSE_PRE_ROLL", 10)
+    rolled = [_streamed(recognizer, samples, chunk_ms * 16) for chunk_ms in (80, 320, 1000)]
+    assert rolled[0] == rolled[1] == rolled[2]
+    assert len(rolled[0]) == len(plain) and rolled[0][0][:2] == plain[0][:2]
+    np.testing.assert_allclose([s[0] + 0.1 for s in rolled[0][1:]], [s[0] for s in plain[1:]], atol=1e-6)
+    np.testing.assert_allclose([s[1] for s in rolled[0]], [s[1] for s in plain], atol=1e-6)
