@@ -555,7 +555,7 @@ def test_audio_converted_to_16khz_mono_is_logged(trained, tmp_path):
 
 def test_cli_split_at_pauses_transcribes_a_joined_recording_as_its_pieces(trained, tmp_path):
     """``--split-at-pauses 0.5`` (``Windowing.pause_seconds``): two files joined with 1 s of faint noise between them
-    give the API's transcript cut at pauses; refused with ``--stream``, where endpoints cut."""
+    give the API's transcript cut at pauses. (Streamed: tests/test_pause_endpoints.py.)"""
     _, checkpoint, files = trained
     rng = np.random.default_rng(0)
     noise = lambda: rng.normal(0, 1 / 32768, 16000).astype(np.float32)  # noqa: E731
@@ -570,7 +570,3 @@ def test_cli_split_at_pauses_transcribes_a_joined_recording_as_its_pieces(traine
     assert out.stdout == f"{joined}\t{expected}\n"
     with pytest.raises(ValueError, match="pause_seconds must be at least 0, got -1"):
         Transcriber(checkpoint, device="cpu", pause_seconds=-1)
-    out = subprocess.run([sys.executable, "-m", "ssm_fairseq.transcribe", "--checkpoint", str(checkpoint), "--stream",
-                          "--split-at-pauses", "0.5", str(joined)], capture_output=True, text=True, cwd=REPO,
-                         env=SINGLE_THREAD)
-    assert out.returncode == 2 and "--split-at-pauses cuts files offline" in out.stderr
