@@ -178,7 +178,9 @@ def two_way_spectrum(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Ten
     """What ``two_way_fft_conv`` multiplies the spectrum of length-``L`` inputs by: ``2 x C x H x (n/2 + 1)``
     complex (``n = fft_size(2 L - 1)``), the causal kernel's spectrum and the anti-causal one's conjugate, skips
     included. It depends on the kernels and ``L`` only: inference keeps it (``spectrum=`` of ``two_way_fft_conv``).
-    ``dtype``: the real compute dtype of the inputs (float32 or float64)."""
+    ``dtype``: the inputs' dtype; the spectrum is in their compute dtype (float64 for float64, else float32: half
+    precision inputs are convolved in float32, as ``masked_input`` casts them)."""
+    dtype = torch.float64 if dtype == torch.float64 else torch.float32
     return _kernel_spectrum(_two_way_taps(causal, anticausal, L, dtype), None, fft_size(2 * L - 1), two_way=True)
 
 

@@ -5,7 +5,7 @@ at an FFT size, two directions' weights stacked) is the same at every call: deco
 batch. A value is kept with the identity of the tensors it was computed from (storage, version counter, dtype,
 device): an optimiser step or a loaded state dict (in-place writes: new versions), ``.to()`` or ``.half()`` (new
 storages) make it stale, and it is computed again. With autograd or in train mode nothing is kept (and what was kept
-is dropped), so that gradients reach the parameters.
+is dropped), so that gradients reach the parameters. Under ``torch.compile`` nothing is kept either.
 """
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def tensors_key(tensors: Iterable[Tensor]) -> tuple:
 
 
 def caching(module: nn.Module) -> bool:
-    """Whether ``module`` may use kept values now: in eval mode without autograd."""
-    return not module.training and not torch.is_grad_enabled()
+    """Whether ``module`` may use kept values now: in eval mode without autograd, and not while ``torch.compile``
+    traces it (a compiled graph cannot key on storages; it computes the values, as eager code did before keeping)."""
+    return not module.training and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
 def kept(module: nn.Module, name: str, tensors: Iterable[Tensor], compute: Callable[[], T],
@@ -33,6 +34,8 @@ def kept(module: nn.Module, name: str, tensors: Iterable[Tensor], compute: Calla
     ``arguments`` (a length, an FFT size) are the same; one value per name (other arguments replace it).
 
     Outside ``caching(module)`` every kept value of ``module`` is dropped and ``compute()`` returned."""
+    if torch.compiler.is_compiling():
+        return compute()
     entries = module.__dict__.setdefault("_inference_values", {})
     if not caching(module):
         entries.clear()
