@@ -53,9 +53,11 @@ averaged="$save_dir/checkpoint_avg$average_last.pt"
 lm_dir="$work_dir/lm"
 lm_save_dir="$work_dir/checkpoints/lm_$lm_arch"
 bigram="$lm_dir/bigram.json"
-# LODR runs when ilm_weights (ILM_WEIGHTS in a conf) holds a weight above 0
-lodr="$(awk -v ws="${ilm_weights:-0}" 'BEGIN { n = split(ws, w, " "); for (i = 1; i <= n; i++) if (w[i] != 0) { print 1; exit } print 0 }')"
 ilm_weights="${ilm_weights:-0}"
+is_zero() { awk -v w="$1" 'BEGIN { exit !(w == 0) }'; }  # is_zero WEIGHT: numerically 0 (0, 0.0, ...)
+# LODR runs when ilm_weights (ILM_WEIGHTS in a conf) holds a weight above 0
+lodr=0
+for ilm_weight in $ilm_weights; do is_zero "$ilm_weight" || lodr=1; done
 train_subset="${train_name:-${train_sets// /,}}"
 # the WER tables' columns, and the line of fairseq-generate's output that ends with the WER
 read -ra wer_columns <<< "$eval_sets"
@@ -174,9 +176,9 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
   for weight in $lm_weights; do
     for ilm_weight in $ilm_weights; do
       # LODR subtracts the bigram from a fused score: without the LM (weight 0) there is nothing to correct
-      if [[ "$ilm_weight" != 0 ]] && awk -v w="$weight" 'BEGIN { exit !(w == 0) }'; then continue; fi
+      if ! is_zero "$ilm_weight" && is_zero "$weight"; then continue; fi
       lodr_args=() suffix=
-      if [[ "$ilm_weight" != 0 ]]; then
+      if ! is_zero "$ilm_weight"; then
         lodr_args=(--ilm-path "$bigram" --ilm-weight "$ilm_weight")
         suffix="_ilm_$ilm_weight"
       fi
