@@ -89,18 +89,23 @@ async def collect(ws) -> Received:
 async def stream_file(http, url: str, path: Path, chunk: int = 1600, realtime: float = 0.0,
                       settings: dict | None = None) -> Received:
     """Stream ``path`` to ``url`` in ``chunk``-sample binary messages (``realtime``: seconds of pause per second
-    of audio; 0: as fast as the socket takes them), then ``Done`` -> what came back."""
+    of audio; 0: as fast as the socket takes them), then ``Done`` -> what came back. A server that closes the
+    connection (after an error message) ends the sending: what it sent until then is returned."""
+    from aiohttp.client_exceptions import ClientConnectionResetError
     samples, rate = sf.read(str(path), dtype="float32")
     assert rate == 16000
     async with http.ws_connect(url) as ws:
         reader = asyncio.create_task(collect(ws))
-        if settings is not None:
-            await ws.send_str(json.dumps(settings))
-        for start in range(0, len(samples), chunk):
-            await ws.send_bytes(samples[start:start + chunk].astype("<f4").tobytes())
-            if realtime:
-                await asyncio.sleep(realtime * chunk / 16000)
-        await ws.send_str("Done")
+        try:
+            if settings is not None:
+                await ws.send_str(json.dumps(settings))
+            for start in range(0, len(samples), chunk):
+                await ws.send_bytes(samples[start:start + chunk].astype("<f4").tobytes())
+                if realtime:
+                    await asyncio.sleep(realtime * chunk / 16000)
+            await ws.send_str("Done")
+        except ClientConnectionResetError:  # the server closed: its last messages are in the reader
+            pass
         return await reader
 
 
