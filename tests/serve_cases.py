@@ -96,7 +96,7 @@ async def stream_file(http, url: str, path: Path, chunk: int = 1600, realtime: f
     assert rate == 16000
     async with http.ws_connect(url) as ws:
         reader = asyncio.create_task(collect(ws))
-        try:
+        with contextlib.suppress(ClientConnectionResetError):  # the server closed: its last messages are read
             if settings is not None:
                 await ws.send_str(json.dumps(settings))
             for start in range(0, len(samples), chunk):
@@ -104,8 +104,6 @@ async def stream_file(http, url: str, path: Path, chunk: int = 1600, realtime: f
                 if realtime:
                     await asyncio.sleep(realtime * chunk / 16000)
             await ws.send_str("Done")
-        except ClientConnectionResetError:  # the server closed: its last messages are in the reader
-            pass
         return await reader
 
 
