@@ -105,9 +105,11 @@ def test_real_vandermonde_powers_stay_normal_and_accurate_when_they_underflow(dt
     a = torch.randn(2, 3, 6, dtype=dtype)
     L = 300
     m = structured_products._block_length(L, 2)
-    coarse, fine = structured_products._real_powers(base, L, m)
+    coarse, fine = structured_products._real_powers(*structured_products._magnitude_and_sign(base), L, m)
     tiny = torch.finfo(dtype).tiny
-    assert (coarse.abs() >= tiny).all() and (fine.abs() >= tiny).all()
+    for powers in (coarse, fine):  # normal numbers, or exactly 0 (a zero base's odd powers)
+        assert ((powers.abs() >= tiny) | (powers == 0)).all()
+    assert (powers[..., 1::2, 4] == 0).all() and (powers[..., ::2, :].abs() >= tiny).all()
     direct = (a.double().unsqueeze(-1) * base.double().unsqueeze(-1) ** torch.arange(L, dtype=torch.float64)).sum(-2)
     tolerance = 1e-6 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(real_vandermonde(a, base, L).double(), direct, rtol=tolerance, atol=tolerance)
@@ -120,7 +122,10 @@ def test_real_vandermonde_broadcasts_and_keeps_only_its_inputs(a_shape, base_sha
     base = (torch.rand(*base_shape, dtype=torch.float64) * 2 - 1).requires_grad_()
     L = 23
     saved = _saved_tensor_shapes(lambda: real_vandermonde(a, base, L))
-    assert sorted(saved) == sorted([a_shape, base_shape])  # the powers are recomputed in backward, not kept
+    # the powers are recomputed in backward from the base's magnitude and sign (in the broadcast base shape), not kept
+    batch = torch.broadcast_shapes(a_shape[:-1], base_shape[:-1])
+    base_broadcast = tuple(batch[len(batch) - len(base_shape) + 1:]) + base_shape[-1:]
+    assert sorted(saved) == sorted([a_shape, base_broadcast, base_broadcast])
     direct = (a.unsqueeze(-1) * base.unsqueeze(-1) ** torch.arange(L, dtype=torch.float64)).sum(-2)
     out = real_vandermonde(a, base, L)
     torch.testing.assert_close(out, direct)

@@ -22,8 +22,9 @@ METHODS = ("bilinear", "zoh")
 
 def bilinear_diagonal(a: Tensor, b: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
     """Elementwise bilinear rule. ``a``, ``b``, ``dt`` broadcast (e.g. ``H x N``, ``H x N``, ``H x 1``)."""
-    den = 1.0 - dt * a / 2
-    return (1.0 + dt * a / 2) / den, dt * b / den
+    half_step = dt * a / 2
+    den = 1.0 - half_step
+    return (1.0 + half_step) / den, dt * b / den
 
 
 def zoh_diagonal(a: Tensor, b: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:

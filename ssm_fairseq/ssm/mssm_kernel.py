@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .diagonal import DiagonalSSMKernel
+from .discretization import bilinear_diagonal
 
 
 class MSSMKernel(DiagonalSSMKernel):
@@ -62,13 +63,26 @@ class MSSMKernel(DiagonalSSMKernel):
         """Repeat a per-head tensor (``heads x ...``) for each channel of its head (``H x ...``)."""
         return t.repeat_interleave(self.channels // self.heads, dim=0)
 
-    def diagonal_system(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _head_system(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``diagonal_system`` before its eigenvalues and ``b`` are repeated for each channel of their head:
+        ``mu``: ``heads x N``, ``b``: ``heads x N``, ``c``: ``C x H x N``, ``dt``: ``H``."""
         mu, V = torch.linalg.eigh(self.state_matrix())  # heads x N, heads x N x N
         b = torch.einsum("hnm,hn->hm", V, self.real(self.B))  # V^T B
         C = self.real(self.C)
         # C V, one product per head over all its channels (not one tiny product per channel)
-        c = torch.einsum("cgkn,gnm->cgkm", C.view(C.shape[0], self.heads, -1, C.shape[-1]), V).reshape(C.shape)
-        return self._per_channel(mu), self._per_channel(b), c, torch.exp(self.real(self.z_dt))
+        c = torch.matmul(C.view(C.shape[0], self.heads, -1, C.shape[-1]), V).view(C.shape)
+        return mu, b, c, torch.exp(self.real(self.z_dt))
+
+    def diagonal_system(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        mu, b, c, dt = self._head_system()
+        return self._per_channel(mu), self._per_channel(b), c, dt
+
+    def discrete_system(self, L: int) -> tuple[Tensor, Tensor, Tensor]:
+        """As ``DiagonalSSMKernel.discrete_system``, with each head's eigenvalues and ``b`` broadcast against its
+        channels' steps (``heads x 1 x N`` against ``heads x H/heads x 1``) instead of repeated for them first."""
+        mu, b, c, dt = self._head_system()
+        dA, dB = bilinear_diagonal(mu.unsqueeze(1), b.unsqueeze(1), dt.view(self.heads, -1, 1))
+        return dA.flatten(0, 1), dB.flatten(0, 1), c
 
     def continuous_matrices(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         A = self._per_channel(self.state_matrix())

@@ -154,30 +154,36 @@ def _block_length(L: int, rows: int) -> int:
     return min(L, max(1, math.isqrt(L * rows)))
 
 
-def _real_powers(base: Tensor, L: int, m: int) -> tuple[Tensor, Tensor]:
+def _magnitude_and_sign(base: Tensor) -> tuple[Tensor, Tensor]:
+    """``log |base|`` (a zero base at the log of the smallest normal number) and ``sign(base)`` (0 for a zero base):
+    what ``_real_powers`` raises to every power, ``... x N`` each. Kept for the backward pass instead of ``base``."""
+    return torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)), torch.sign(base)
+
+
+def _exponents(L: int, m: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The powers ``_real_powers`` takes, ``0, m, ..., (blocks - 1) m`` then ``0, 1, ..., m - 1``, and their parities,
+    each ``(blocks + m) x 1``: built from Python numbers, so that they cost no operator on any device."""
+    powers = [q * m for q in range(-(-L // m))] + list(range(m))
+    exponents = torch.tensor(powers, dtype=dtype, device=device).unsqueeze(-1)
+    return exponents, torch.tensor([k % 2 for k in powers], dtype=dtype, device=device).unsqueeze(-1)
+
+
+def _real_powers(log_abs: Tensor, sign: Tensor, L: int, m: int) -> tuple[Tensor, Tensor]:
     """``base ** (q m)`` (``... x blocks x N``) and ``base ** r`` (``... x m x N``) such that
-    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``.
+    ``base ** k = coarse[q] * fine[r]`` for ``k = q m + r``; ``blocks * m >= L``; from ``_magnitude_and_sign(base)``.
 
-    ``|base| ** k`` is ``exp(k log |base|)`` with the exponent clamped at a third of the log of the smallest normal
-    number: a power below ``tiny ** (1/3)`` (2e-13 in float32, 3e-103 in float64, far below their rounding errors)
-    takes that value instead. Most powers of a decaying mode underflow at speech lengths, and subnormal numbers
-    (results of ``exp`` or of products in the matrix product) are more than ten times slower on CPU; with the clamp,
-    the products of two powers and a coefficient stay normal.
+    Both tables are one computation (five operators): ``|base| ** k`` is ``exp(k log |base|)`` with the exponent
+    clamped at a third of the log of the smallest normal number, times ``sign ** (k mod 2)``. A power below
+    ``tiny ** (1/3)`` (2e-13 in float32, 3e-103 in float64, far below their rounding errors) takes that value instead.
+    Most powers of a decaying mode underflow at speech lengths, and subnormal numbers (results of ``exp`` or of
+    products in the matrix product) are more than ten times slower on CPU; with the clamp, the products of two powers
+    and a coefficient stay normal. A zero base's odd powers are exactly 0 and its even ones ``tiny ** (1/3)``
+    (``0 ** 0`` is 1).
     """
-    log_smallest = math.log(torch.finfo(base.dtype).tiny) / 3
-    # a base that is exactly zero (1 + dt mu / 2 can round to 0 in float32) gives the smallest power for k >= 1
-    log_abs = torch.log(base.abs().clamp_min(torch.finfo(base.dtype).tiny)).unsqueeze(-2)
-    sign = torch.where(base < 0, -1.0, 1.0).to(base.dtype).unsqueeze(-2)
-    blocks = -(-L // m)  # the last block may run past L: |base| <= 1, so its extra powers are harmless
-
-    def powers(step: int, count: int) -> Tensor:  # base ** (step j) for j < count: ... x count x N
-        k = torch.arange(count, dtype=log_abs.dtype, device=base.device).unsqueeze(-1) * step
-        power = torch.exp_((log_abs * k).clamp_min_(log_smallest))
-        if step % 2:  # odd powers at odd j take the sign of the base
-            power[..., 1::2, :].mul_(sign)
-        return power
-
-    return powers(m, blocks), powers(1, m)
+    exponents, parities = _exponents(L, m, log_abs.dtype, log_abs.device)
+    power = torch.exp_((log_abs.unsqueeze(-2) * exponents).clamp_min_(math.log(torch.finfo(log_abs.dtype).tiny) / 3))
+    power.mul_(sign.unsqueeze(-2).pow(parities))  # the last block may run past L: |base| <= 1, harmless
+    return power.split([exponents.shape[0] - m, m], dim=-2)
 
 
 def _real_vandermonde_transposed(g: Tensor, coarse: Tensor, fine: Tensor, base_batch: torch.Size) -> Tensor:
@@ -195,7 +201,8 @@ def _real_vandermonde_transposed(g: Tensor, coarse: Tensor, fine: Tensor, base_b
 class _RealVandermonde(torch.autograd.Function):
     """``out_k = sum_n a_n b_n^k`` from the factors of ``_real_powers``. The rows of ``a`` that share a base (its
     leading dimensions beyond the base's) are stacked into one matrix product per base row. Keeps only ``a`` and
-    ``base`` for the backward pass, which recomputes the factors. There ``dL/da_n = sum_k g_k b_n^k`` and
+    ``log |base|`` and ``sign(base)`` (``_magnitude_and_sign``) for the backward pass, which recomputes the factors
+    from them. There ``dL/da_n = sum_k g_k b_n^k`` and
     ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: two transposed Vandermonde products (no division by the base,
     so a zero base is exact)."""
 
@@ -205,28 +212,29 @@ class _RealVandermonde(torch.autograd.Function):
         base_batch = batch[len(batch) - base.dim() + 1:]
         rows, extra = _rows_last(a, base_batch)  # base_batch x E x N
         m = _block_length(L, rows.shape[-2])
-        coarse, fine = _real_powers(base.expand(base_batch + base.shape[-1:]), L, m)
+        log_abs, sign = _magnitude_and_sign(base.expand(base_batch + base.shape[-1:]))
+        coarse, fine = _real_powers(log_abs, sign, L, m)
         blocks = coarse.shape[-2]
         lhs = (rows.unsqueeze(-2) * coarse.unsqueeze(-3)).flatten(-3, -2)  # base_batch x E blocks x N
         out = (lhs @ fine.transpose(-1, -2)).unflatten(-2, (rows.shape[-2], blocks))  # ... x E x blocks x m
-        ctx.save_for_backward(a, base)
-        ctx.L, ctx.m = L, m
+        ctx.save_for_backward(a, log_abs, sign)
+        ctx.L, ctx.m, ctx.base_shape = L, m, base.shape
         return _rows_first(out.flatten(-2)[..., :L], extra)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        a, base = ctx.saved_tensors
+        a, log_abs, sign = ctx.saved_tensors
         L, m = ctx.L, ctx.m
-        base_batch = grad.shape[grad.dim() - base.dim():-1]
-        coarse, fine = _real_powers(base.expand(base_batch + base.shape[-1:]), L, m)
+        base_batch = log_abs.shape[:-1]
+        coarse, fine = _real_powers(log_abs, sign, L, m)
         grad_a = grad_base = None
         if ctx.needs_input_grad[0]:
             grad_a = _real_vandermonde_transposed(grad, coarse, fine, base_batch).sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
             k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
             shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
-            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine, base_batch)).sum_to_size(base.shape)
+            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine, base_batch)).sum_to_size(ctx.base_shape)
         return grad_a, grad_base, None
 
 
@@ -236,8 +244,8 @@ def real_vandermonde(a: Tensor, base: Tensor, L: int) -> Tensor:
     ``base^(q m + r) = (sign^(q m) |base|^(q m)) (sign^r |base|^r)``: real exponentials of ``log |base|`` and
     parities of the sign, then one real matrix product over ``N``. A power below ``tiny ** (1/3)`` of the dtype
     (2e-13 in float32) is computed as that number, far below the rounding error of the sum; a zero base gives
-    ``0^0 = 1``. Custom autograd: only ``a`` and ``base`` are kept for the backward pass, which recomputes the
-    powers, so memory stays ``O(... x N)`` however long the kernel.
+    ``0^0 = 1``. Custom autograd: only ``a`` and the base's magnitude and sign are kept for the backward pass, which
+    recomputes the powers, so memory stays ``O(... x N)`` however long the kernel.
 
     Args:
         a: ``... x N`` real coefficients.
