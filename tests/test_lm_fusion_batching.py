@@ -70,23 +70,29 @@ def test_batched_fused_search_equals_each_utterance_alone(search, arch):
 
 
 class CountingLanguageModel:
-    """Wraps a fairseq LM and counts the prefix lengths of every incremental step it takes."""
+    """Wraps a fairseq LM and counts the prefix lengths of every incremental step it takes (``forward``, and a token
+    store's ``step_rows``: spade_lm's)."""
 
     def __init__(self, lm):
         self.lm, self.steps = lm, []
-        forward = lm.decoder.forward
+        forward, step_rows = lm.decoder.forward, getattr(lm.decoder, "step_rows", None)
 
         def counted(tokens, *args, **kwargs):
             self.steps.append(sorted({int((row != lm.decoder.dictionary.pad()).sum()) for row in tokens}))
             return forward(tokens, *args, **kwargs)
         lm.decoder.forward = counted
+        if step_rows is not None:
+            def counted_rows(tokens, seen, *args, **kwargs):
+                self.steps.append(sorted(set((seen + 1).tolist())))
+                return step_rows(tokens, seen, *args, **kwargs)
+            lm.decoder.step_rows = counted_rows
 
 
 @pytest.mark.parametrize("search", ["beam", "modified beam"])
 def test_lm_steps_once_per_round_whatever_the_prefix_lengths(search):
-    """lstm_lm (a fixed-size state) and spade_lm (its window caches concatenated with a per-row key mask): the rows
-    whose scores a round asks for step in one LM call, with prefixes of several lengths in it; transformer_lm (whose
-    keys and values grow with the prefix): one call per length. The steps wait until a round asks for the rows'
+    """lstm_lm (a fixed-size state) and spade_lm (its token store: windows as index lists, a per-row key mask): the
+    rows whose scores a round asks for step in one LM call, with prefixes of several lengths in it; transformer_lm
+    (whose keys and values grow with the prefix): one call per length. The steps wait until a round asks for the rows'
     scores, so hypotheses dropped before that never run the LM: fewer rows step than the search made."""
     torch.manual_seed(12)
     model = tiny_model(vocab=LM_VOCAB, blank=BLANK, sharpness=2.0)  # blanks too: prefixes of several lengths

@@ -46,15 +46,20 @@ FEATURE_FRAMES_PER_SECOND = 100  # 10 ms filterbank frames
 
 
 class CallCounter:
-    """Counts the calls of a language model's decoder (its incremental steps)."""
+    """Counts the calls of a language model's decoder (its incremental steps: ``forward``, and ``step_rows`` of a
+    decoder whose rows a token store keeps, ``spade_lm``'s)."""
 
     def __init__(self, lm):
-        self.calls, forward = 0, lm.decoder.forward
+        self.calls = 0
+        for name in ("forward", "step_rows"):
+            if hasattr(lm.decoder, name):
+                setattr(lm.decoder, name, self._counted(getattr(lm.decoder, name)))
 
+    def _counted(self, method):
         def counted(*args, **kwargs):
             self.calls += 1
-            return forward(*args, **kwargs)
-        lm.decoder.forward = counted
+            return method(*args, **kwargs)
+        return counted
 
 
 def build(args: argparse.Namespace, loaded: tuple, fused: bool):

@@ -108,6 +108,24 @@ class SpadeLayer(nn.Module):
         h = self._input(x, self.attention_norm)
         local = self.attention(h, padding_mask, None if cache is None else cache.setdefault("attention", {}),
                                position_bias)
+        return self._after_attention(x, h, local, padding_mask, cache, encoder_out, encoder_padding_mask)
+
+    def step_stored(self, x: Tensor, store: Tensor, first: int, slots: Tensor, key_ok: Tensor,
+                    ssm_cache: dict | None) -> Tensor:
+        """One new token per row (``x``: ``B x 1 x D``), its attention's keys and values in a token store
+        (``LocalAttention.step_stored``: ``store``, ``first``, ``slots``, ``key_ok``) and its SSM state in
+        ``ssm_cache`` (``CausalSSM.step``'s dict, updated in place; None for a local layer) -> ``B x 1 x D``, what
+        ``forward`` gives with each row's own cache."""
+        if self.cross_attention is not None:
+            raise ValueError("a token store holds no encoder keys: step_stored steps decoder-only layers")
+        h = self._input(x, self.attention_norm)
+        local = self.attention.step_stored(h, store, first, slots, key_ok)
+        return self._after_attention(x, h, local, None, {} if ssm_cache is None else {"ssm": ssm_cache})
+
+    def _after_attention(self, x: Tensor, h: Tensor, local: Tensor, padding_mask: Tensor | None, cache: dict | None,
+                         encoder_out: Tensor | None = None, encoder_padding_mask: Tensor | None = None) -> Tensor:
+        """The layer after its local attention (``local``, of the sub-layer's input ``h``): the SSM branch and the
+        merge (global layer), the residual, cross-attention, the FFN."""
         if self.ssm is not None:
             if cache is None:
                 g = recomputed(self._ssm_branch, h, padding_mask)

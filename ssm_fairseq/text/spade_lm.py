@@ -28,6 +28,7 @@ from ..layers.spade_layer import SpadeLayer
 from ..architecture import fill_config_defaults, set_defaults
 from ..integrity.dictionary_digest import RemembersDictionaries
 from .layer_cache_decoder import LayerCacheDecoder
+from .token_store import WindowTokenStore
 from ..integrity.task_check import require_text_task
 
 
@@ -150,6 +151,36 @@ class SpadeDecoder(LayerCacheDecoder):
         for i, layer in enumerate(self.layers):
             x = layer(x, padding_mask, None if caches is None else caches[i])
         return self.final_norm(x)
+
+    def token_store(self) -> WindowTokenStore:
+        """Rows of incremental states for a search that branches and drops many hypotheses (``text/token_store.py``:
+        each token's keys stored once, a row's window a list of indices into them)."""
+        return WindowTokenStore(self)
+
+    def step_rows(self, tokens: Tensor, seen: Tensor, stores: list[Tensor], first: int, slots: Tensor,
+                  key_ok: Tensor, ssm_caches: list[Optional[dict]]) -> Tensor:
+        """One new token per row from a ``WindowTokenStore``: ``tokens`` ``B``, each after ``seen`` (``B``) tokens of
+        its own -> ``B x 1 x V`` logits (or adaptive-softmax features), as ``forward`` with each row's own incremental
+        state. ``stores``, ``first``, ``slots``, ``key_ok``: each layer's keys and values and the rows' windows
+        (``LocalAttention.step_stored``); ``ssm_caches``: each layer's SSM state of the rows (None for a local layer),
+        updated in place."""
+        x = self.embed_scale * self.embed_tokens(tokens[:, None])
+        if self.embed_positions is not None:  # fairseq's positions count a row's own tokens from padding_idx + 1
+            x = x + self._position_table(int(seen.max()) + 1)[seen + 1 + self.padding_idx, None]
+        x = self.dropout(x)
+        for layer, store, ssm_cache in zip(self.layers, stores, ssm_caches):
+            x = layer.step_stored(x, store, first, slots, key_ok, ssm_cache)
+        return self.output_layer(self.final_norm(x))
+
+    def _position_table(self, positions: int) -> Tensor:
+        """The sinusoidal embeddings of positions up to ``positions`` (and the padding index's below them), grown as
+        ``SinusoidalPositionalEmbedding.forward`` grows them."""
+        table = self.embed_positions
+        needed = self.padding_idx + 1 + positions
+        if needed > table.weights.size(0):
+            table.weights = SinusoidalPositionalEmbedding.get_embedding(needed, table.embedding_dim,
+                                                                        self.padding_idx).to(table.weights)
+        return table.weights
 
     def output_layer(self, features: Tensor) -> Tensor:
         return features if self.adaptive_softmax is not None else self.output_projection(features)

@@ -104,9 +104,11 @@ class BeamSearch(ChunkedSearch):
             log_probs = self._score(encoder_rows, frontier)
             for (b, prefix), blank_score in zip(frontier, log_probs[:, self.model.blank].tolist()):
                 leave_frame(finished[b], prefix, blank_score)  # the LM does not score blanks
+            # the beam-th best score of each utterance's prefixes already out of the frame: labels only lower a score
+            floors = {b: kth_best(finished[b], self.beam) for b in dict.fromkeys(b for b, _ in frontier)}
             if self.fusion is not None:
-                log_probs = self._fuse(frontier, log_probs, finished)
-            chosen = self._choose(frontier, log_probs, finished)
+                log_probs = self._fuse(frontier, log_probs, floors)
+            chosen = self._choose(frontier, log_probs, floors)
             frontier = self._extend(frontier, chosen, log_probs, frame_numbers)
             if not frontier:
                 break
@@ -121,23 +123,27 @@ class BeamSearch(ChunkedSearch):
         rows = torch.tensor([prefix.row for _, prefix in frontier], device=device)
         return joint_log_probs(self.model, encoder_rows[utterances], self.bank.proj[rows], self.settings.blank_penalty)
 
-    def _fuse(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor,
-              finished: dict[int, dict[Labels, Prefix]]) -> Tensor:
+    def _fuse(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor, floors: dict[int, float]) -> Tensor:
         """The fused ``N x V`` log-probabilities of the labels of the prefixes that may still extend, -inf for the
         others (their blanks are scored already).
 
         A prefix whose best label, raised by the most the fusion may add to it (``fusion.gain_bounds``: the LM's
-        own share is at most 0), cannot beat the ``beam``-th prefix already out of the frame chooses no label
-        whatever the LM says (``_choose``), so its LM scores are not asked for, and an LM step that waits for them
-        (``LanguageModelFusion.advance``) runs only if a later round or frame needs it. The bound is computed in
+        own share is at most 0), cannot beat the ``beam``-th prefix already out of the frame (``floors``) chooses no
+        label whatever the LM says (``_choose``), so its LM scores are not asked for, and an LM step that waits for
+        them (``LanguageModelFusion.advance``) runs only if a later round or frame needs it. The bound is computed in
         float32 as the fused scores are, so it holds after rounding."""
         device = log_probs.device
-        gains = self.fusion.gain_bounds([prefix.lm_row for _, prefix in frontier]).to(device)
-        labels = selectable(log_probs, self.settings.suppress).clone()
+        labels = selectable(log_probs, self.settings.suppress)
+        labels = labels.clone() if labels is log_probs else labels
         labels[:, self.model.blank] = -math.inf
-        best = (labels + gains.unsqueeze(1)).max(1).values.tolist()
-        floors = {b: kth_best(finished[b], self.beam) for b in finished}
-        extending = [i for i, ((b, prefix), label) in enumerate(zip(frontier, best)) if prefix.score + label > floors[b]]
+        best = labels.max(1).values
+        gains = self.fusion.gain_bounds([prefix.lm_row for _, prefix in frontier])
+        if gains is not None:  # a constant per row: the same as the best of the raised labels, rounded alike
+            best = best + gains.to(device)
+        extending = [i for i, ((b, prefix), label) in enumerate(zip(frontier, best.tolist()))
+                     if prefix.score + label > floors[b]]
+        if len(extending) == len(frontier):
+            return log_probs + self.fusion.scores([prefix.lm_row for _, prefix in frontier], device)
         fused = torch.full_like(log_probs, -math.inf)
         if extending:
             index = torch.tensor(extending, device=device)
@@ -145,11 +151,11 @@ class BeamSearch(ChunkedSearch):
         return fused
 
     def _choose(self, frontier: list[tuple[int, Prefix]], log_probs: Tensor,
-                finished: dict[int, dict[Labels, Prefix]]) -> list[_Expansion]:
+                floors: dict[int, float]) -> list[_Expansion]:
         """The ``beam`` best (prefix, label) pairs of each utterance of the frontier.
 
-        Pairs that score below the beam-th best prefix already out of the frame are dropped: labels only lower
-        a score."""
+        Pairs that score below the beam-th best prefix already out of the frame (``floors``, by utterance) are
+        dropped: labels only lower a score."""
         vocab = log_probs.shape[1]
         scores = torch.tensor([prefix.score for _, prefix in frontier], dtype=torch.float64, device=log_probs.device)
         scores = scores.unsqueeze(1) + selectable(log_probs, self.settings.suppress).double()
@@ -161,7 +167,7 @@ class BeamSearch(ChunkedSearch):
             end = start
             while end < len(frontier) and frontier[end][0] == b:
                 end += 1
-            floor = kth_best(finished[b], self.beam)
+            floor = floors[b]
             segment = scores[start:end].flatten()
             top_scores, top_index = segment.topk(min(self.beam, segment.numel()))
             for score, index in zip(top_scores.tolist(), top_index.tolist()):

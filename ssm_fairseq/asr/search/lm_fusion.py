@@ -7,8 +7,10 @@ their training streams (fairseq-eval-lm and fairseq's own LM generation start th
 
 LM states (``lm_states.LanguageModelStates``): the hypotheses' incremental states are gathered and concatenated so
 that all the rows a search extends in one round step in one LM call where their states allow (an LM with a
-fixed-size state, and ``spade_lm``: always; ``transformer_lm``, whose keys and values grow with the prefix: one call
-per prefix length), each with exactly its own labels, as the full forward pass over them would see them. Each row
+fixed-size state: always; ``transformer_lm``, whose keys and values grow with the prefix: one call per prefix
+length), each with exactly its own labels, as the full forward pass over them would see them. ``spade_lm`` keeps its
+rows in a token store instead (``text/token_store.py``: each token's keys stored once, a row's attention window a
+list of indices into them), so its rows step in one call whatever their lengths and no branch copies keys. Each row
 keeps its weighted log-probabilities over the whole vocabulary, so a later expansion's LM score is a lookup. A row's
 LM step runs when its scores are first asked for (``scores``, ``eos_scores``), all the rows waiting then in one
 step: a hypothesis that the search drops before it needs them (beam search asks only for the rows that may still
@@ -28,7 +30,7 @@ import torch
 from torch import Tensor
 
 from .bigram_lm import BigramLM, check_ilm_weight
-from .lm_states import LanguageModelStates
+from .lm_states import language_model_states
 
 
 class LanguageModelMismatchError(ValueError):
@@ -109,8 +111,8 @@ class LanguageModelFusion:
 
     Rows are plain integers; ``keep`` renumbers them (call it when the search drops hypotheses). ``advance`` makes
     rows whose LM step waits until their scores are first asked for; then all the waiting rows asked for step in as
-    few LM calls as their states allow (``LanguageModelStates``: one for an LM with a fixed-size state and
-    ``spade_lm``, one per prefix length for the others). Each row's weighted log-probabilities over the whole
+    few LM calls as their states allow (``lm_states.language_model_states``: one for an LM with a fixed-size state
+    and ``spade_lm``, one per prefix length for the others). Each row's weighted log-probabilities over the whole
     vocabulary are kept from its step, so scoring any expansion of it is a lookup.
     """
 
@@ -122,7 +124,7 @@ class LanguageModelFusion:
             raise ValueError(f"--ilm-weight {ilm_weight} needs a bigram (--ilm-path) and a fused LM with a weight "
                              f"above 0 (--lm-path, --lm-weight): LODR corrects shallow fusion")
         self.lm, self.weight, self.blank, self.eos, self.add_eos = lm, weight, blank, eos, add_eos
-        self.states = LanguageModelStates(lm, lm.decoder.dictionary.pad()) if weight else None
+        self.states = language_model_states(lm, lm.decoder.dictionary.pad()) if weight else None
         self.device = next(lm.parameters()).device
         vocab = len(lm.decoder.dictionary)
         # W_ilm * log p_bigram(next | previous), V x V (row: the previous label), or None without LODR
@@ -159,12 +161,12 @@ class LanguageModelFusion:
         out = self._scores[torch.tensor(rows, dtype=torch.long, device=self.device)]
         return out if device is None else out.to(device)
 
-    def gain_bounds(self, rows: Sequence[int]) -> Tensor:
+    def gain_bounds(self, rows: Sequence[int]) -> Tensor | None:
         """``N``, float32: for each row, the most its fused scores may add to any unit's log-probability, known
-        without running the LM: 0, or with LODR the largest ``- W_ilm log p_bigram(unit | its last label)`` (the LM's
-        own ``W log p_lm`` is at most 0)."""
+        without running the LM: with LODR the largest ``- W_ilm log p_bigram(unit | its last label)``; None without
+        LODR, where it is 0 (the LM's own ``W log p_lm`` is at most 0)."""
         if self._gain is None:
-            return torch.zeros(len(rows), device=self.device)
+            return None
         return self._gain[torch.tensor([self._last[row] for row in rows], dtype=torch.long, device=self.device)]
 
     def advance(self, rows: Sequence[int], labels: Sequence[int]) -> list[int]:

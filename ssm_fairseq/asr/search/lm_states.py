@@ -271,3 +271,12 @@ class LanguageModelStates:
                     f"{type(self.lm.decoder).__name__}'s incremental state at {path} is not a tensor with one batch "
                     f"dimension: reordering {size} rows to {size + 1} made {tuple(value.shape)} into {found}")
             self._batch_dims[path] = changed[0] if changed else None
+
+
+def language_model_states(lm, pad: int):
+    """The rows' LM states for a search: the decoder's own token store where it has one (``spade_lm``'s
+    ``token_store``: each token's keys stored once, a row's window a list of indices, so that branching, stepping
+    and dropping rows copies no keys), else ``LanguageModelStates``. Both: ``start``, ``advance``, ``keep``, ``len``
+    and ``calls``."""
+    token_store = getattr(lm.decoder, "token_store", None)
+    return token_store() if token_store is not None else LanguageModelStates(lm, pad)

@@ -69,6 +69,22 @@ class LocalAttention(nn.Module):
             y = self._attend_cached(q, qkv[1:].transpose(0, 1), cache, position_bias)
         return self.out_proj(y.transpose(1, 2).reshape(B, n, D))
 
+    def step_stored(self, x: Tensor, store: Tensor, first: int, slots: Tensor, key_ok: Tensor) -> Tensor:
+        """One new token per row whose earlier keys and values sit in a token store (``text/token_store.py``: each
+        token's once, a row's window an index list), causal only: ``x`` ``B x 1 x D`` -> ``B x 1 x D``.
+
+        The new tokens' keys and values are written to ``store[first:first + B]`` (``store``: ``S x 2 x H x hd``);
+        then row ``b`` attends the keys ``store[slots[b]]`` (``slots``: ``B x K``, ``K <= window + 1``, ending with
+        its own token's slot ``first + b``) where ``key_ok`` (``B x K``, True at least at the last) allows: the keys a
+        row's cache would hold (``_kept``) and its own, as ``_attend_cached`` attends them."""
+        B, _, D = x.shape
+        qkv = self.qkv(x).view(B, 3, self.heads, D // self.heads)
+        store[first:first + B] = qkv[:, 1:]
+        kv = store.index_select(0, slots.flatten()).view(B, slots.shape[1], *store.shape[1:])  # B x K x 2 x H x hd
+        k, v = kv.permute(2, 0, 3, 1, 4)  # B x H x K x hd each
+        y = F.scaled_dot_product_attention(qkv[:, 0, :, None], k, v, attn_mask=key_ok[:, None, None])
+        return self.out_proj(y.transpose(1, 2).reshape(B, 1, D))
+
     def _distances(self, span: int, device: torch.device) -> Tensor:
         """``window x span``: query index minus key index, ``i - j``, of query ``s`` of a block and slot ``t`` of
         its key span (the same in every block)."""
