@@ -16,7 +16,7 @@ filterbank frame is digital silence), one recording per chapter. Three tables:
 * ``wer``: the WER of the whole recordings transcribed window by window (``long_form.transcribe_long``) against the
   same utterances transcribed one at a time (``Recognizer.transcribe``), by window length, context and CMVN scope,
   and cut at pauses of each of ``--wer-pauses`` seconds (``Windowing.pause_seconds``, ``pause_segments``: each
-  piece decoded as an utterance), with the relative change.
+  piece decoded as an utterance), with the relative change (``--wer-windows`` with no value: no windowed rows).
 * ``memory``: the process's peak resident memory (VmHWM) and the real-time factor of transcribing one recording
   repeated to each of ``--memory-minutes`` (a fresh interpreter each, default 1 and 60 minutes), with the default
   ``Windowing``.
@@ -200,7 +200,8 @@ def main() -> None:
     parser.add_argument("--seam-seconds", type=float, default=60.0, help="clip length for the seams table")
     parser.add_argument("--seam-windows", type=float, nargs="+", default=[10.0, 30.0])
     parser.add_argument("--seam-contexts", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0, 8.0])
-    parser.add_argument("--wer-windows", type=float, nargs="+", default=[10.0, 30.0, 60.0])
+    parser.add_argument("--wer-windows", type=float, nargs="*", default=[10.0, 30.0, 60.0],
+                        help="the wer table's rows of whole recordings in windows of these seconds (none: none)")
     parser.add_argument("--wer-contexts", type=float, nargs="+", default=[1.0, 4.0])
     parser.add_argument("--wer-cmvn", nargs="+", choices=("window", "file"), default=["window", "file"])
     parser.add_argument("--wer-pauses", type=float, nargs="*", default=[0.25, 0.5],

@@ -128,7 +128,8 @@ def transcribe_at_pauses(recognizer: Recognizer, path: Path | str, windowing: Wi
     window, _, _ = window_frames(recognizer, windowing)
     max_tokens = recognizer.options.batch_max_tokens
     longest = window if max_tokens is None else min(window, max_tokens)
-    segments = speech_segments(levels, windowing.pause_seconds, longest)
+    segments = speech_segments(levels, windowing.pause_seconds, longest,  # the frames' samples: where clips start
+                               lambda i: spans.samples(i * FRAME_SHIFT_SAMPLES, i * FRAME_SHIFT_SAMPLES + MIN_SAMPLES))
     lengths = np.array([end - start for start, end in segments], dtype=np.int64)
     batches = data_utils.batch_by_size(np.argsort(-lengths, kind="stable"), num_tokens_fn=lengths.__getitem__,
                                        max_tokens=max_tokens, max_sentences=recognizer.options.batch_size)

@@ -292,7 +292,7 @@ class Stream:
         fate depends only on the frames up to it: the segments do not depend on the chunking."""
         fbank = self.filterbank.accept_waveform(samples)
         frames = self.recognizer.transform_chunk(fbank, self.features)
-        quiet = self.quietness.quiet(fbank)
+        quiet = self.quietness.quiet(fbank, samples)  # the samples: where clips start (pause_segments)
         self.in_progress, self.source = True, source
         edges = np.flatnonzero(np.diff(quiet.astype(np.int8))) + 1
         for start, end in zip([0, *edges], [*edges, len(frames)]):
