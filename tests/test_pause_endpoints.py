@@ -40,7 +40,7 @@ def _expected(recognizer: Recognizer, samples: np.ndarray) -> list[tuple[float, 
     stretches without a word left out."""
     fbank = StreamingFilterbank().accept_waveform(samples)
     frames = recognizer.transform_chunk(fbank)
-    found = pauses(CausalQuietness().quiet(fbank), round(MIN_PAUSE * 100))
+    found = pauses(CausalQuietness().quiet(fbank, samples), round(MIN_PAUSE * 100))
     bounds = [0] + [b for pause in found for b in pause] + [len(frames)]
     segments = []
     for start, end in zip(bounds[::2], bounds[1::2]):
