@@ -89,7 +89,9 @@ if TYPE_CHECKING:
 # (pause endpoints). Measured with the mini recipe's streaming model on test-mini joined three by three with 1 s
 # pauses (0.5 s pause endpoints, 320 ms chunks): the WER of the 2nd and 3rd utterances of each recording was
 # 27.6 and 28.4% with none, 52.0 and 43.3% with 10 frames (0.1 s), 50.4 and 47.8% with 25 (as offline: the model
-# writes words into a quiet start, ``pause_segments``).
+# writes words into a quiet start, ``pause_segments``). Those figures predate the pieces' edge rules
+# (``pause_segments``: a piece now starts where its sound does), which brought the whole recordings' WER to that of
+# the utterances one by one with none; the longer pre-rolls were not measured again.
 PAUSE_PRE_ROLL = 0
 
 logger = logging.getLogger("ssm_fairseq.asr")  # the name streaming's log lines have always had
