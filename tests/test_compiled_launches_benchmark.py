@@ -5,11 +5,13 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "compiled_launches.py"
 
 
+@pytest.mark.slow  # dynamo traces an MSSM layer's training and inference steps: 20-40 s
 def test_compiled_launches_prints_eager_and_compiled_counts_per_layer_and_step(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--layers", "mssm", "--width", "16", "--frames", "12",
