@@ -17,15 +17,18 @@ CAUSAL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_sta
 FEATURES = 10
 
 
-def _encoder(subsampler: str, seed: int = 0, lookahead: int = 0, layers: int = 2) -> SpeechEncoder:
-    """A random causal encoder in float64; with ``lookahead`` frames, random look-ahead taps (their identity
-    initialisation would give no frame any weight from the future)."""
+def _encoder(subsampler: str, seed: int = 0, lookahead: int = 0, layers: int = 2,
+             mixing: str = "channel") -> SpeechEncoder:
+    """A random causal encoder in float64; with ``lookahead`` frames, random look-ahead taps and projection (their
+    identity initialisation would give no frame any weight from the future)."""
     torch.manual_seed(seed)
     encoder = SpeechEncoder("mssm", layers, CAUSAL, input_dim=FEATURES, subsampler=subsampler, tr_stride=4,
-                            lookahead_frames=lookahead).double().eval()
+                            lookahead_frames=lookahead, lookahead_mixing=mixing).double().eval()
     if lookahead:
         with torch.no_grad():
             encoder.lookahead.weight.normal_()
+            if encoder.lookahead.future is not None:
+                encoder.lookahead.future.weight.normal_(std=0.3)
     return encoder
 
 
@@ -44,11 +47,12 @@ def _steps(encoder: SpeechEncoder, features: torch.Tensor, chunk: int) -> list[i
             for start in range(0, T, chunk)]
 
 
-@pytest.mark.parametrize("subsampler, lookahead, layers", [("tr", 0, 2), ("ms", 0, 2), ("tr", 2, 2), ("ms", 1, 3),
-                                                           ("ms", 2, 3), ("ms", 4, 3)])
+@pytest.mark.parametrize("subsampler, lookahead, layers, mixing", [
+    ("tr", 0, 2, "channel"), ("ms", 0, 2, "channel"), ("tr", 2, 2, "channel"), ("ms", 1, 3, "channel"),
+    ("ms", 2, 3, "channel"), ("ms", 4, 3, "channel"), ("tr", 2, 2, "full"), ("ms", 4, 3, "full")])
 @pytest.mark.parametrize("chunk", [1, 7, 32])  # 10 ms, 70 ms and 320 ms of filterbank frames
-def test_chunk_by_chunk_equals_the_full_causal_forward_pass(subsampler, lookahead, layers, chunk):
-    encoder = _encoder(subsampler, lookahead=lookahead, layers=layers)
+def test_chunk_by_chunk_equals_the_full_causal_forward_pass(subsampler, lookahead, layers, mixing, chunk):
+    encoder = _encoder(subsampler, lookahead=lookahead, layers=layers, mixing=mixing)
     features = torch.randn(1, 61, FEATURES, dtype=torch.float64)  # 61: the last sub-sampling group is partial
     with torch.no_grad():
         full = encoder(features, torch.tensor([61]))["encoder_out"]
@@ -82,11 +86,12 @@ def test_each_stream_equals_its_row_of_a_padded_batch(subsampler, lookahead):
 
 
 @pytest.mark.parametrize("subsampler", ["tr", "ms"])
-@pytest.mark.parametrize("lookahead", [0, 1, 2, 4])
-def test_an_encoder_frame_sees_its_lookahead_and_no_further(subsampler, lookahead):
+@pytest.mark.parametrize("lookahead, mixing", [(0, "channel"), (1, "channel"), (2, "channel"), (4, "channel"),
+                                               (2, "full")])
+def test_an_encoder_frame_sees_its_lookahead_and_no_further(subsampler, lookahead, mixing):
     """Encoder frame ``t`` changes with the features of sub-sampled frame ``t + K`` (filterbank frames ``4(t + K)
     .. 4(t + K) + 3``) and with none after them."""
-    encoder = _encoder(subsampler, seed=4, lookahead=lookahead, layers=3)
+    encoder = _encoder(subsampler, seed=4, lookahead=lookahead, layers=3, mixing=mixing)
     features = torch.randn(1, 64, FEATURES, dtype=torch.float64)
     t = 6
     last_seen = 4 * (t + lookahead) + 3  # the last filterbank frame encoder frame t depends on
@@ -109,18 +114,29 @@ def test_lookahead_is_the_identity_at_initialisation_and_refuses_no_future_frame
         with pytest.raises(ValueError, match="at least 1 future frame"):
             LookAhead(8, frames)
     assert not any("lookahead" in name for name in _encoder("ms").state_dict())  # K = 0: no parameters
+    full = LookAhead(8, 3, "full")
+    assert torch.equal(full(x), x) and full.future.weight.shape == (8, 24)
+    with pytest.raises(ValueError, match="look-ahead mixing must be one of channel, full, got 'dense'"):
+        LookAhead(8, 3, "dense")
 
 
-def test_training_reaches_the_future_taps_from_their_identity_initialisation():
-    """``--lookahead-frames 2``: the transducer loss's gradient reaches every tap of the look-ahead layer, the
-    future ones too while they are still 0 (the layer starts as the identity)."""
-    model, criterion, _, task = build("mssm_transducer_streaming", *SMALL, "--lookahead-frames", "2")
+@pytest.mark.parametrize("mixing", ["channel", "full"])
+def test_training_reaches_the_future_taps_from_their_identity_initialisation(mixing):
+    """``--lookahead-frames 2``: the transducer loss's gradient reaches every tap of the look-ahead layer (and
+    every weight of the full mixing's projection), the future ones too while they are still 0 (the layer starts as
+    the identity)."""
+    model, criterion, _, task = build("mssm_transducer_streaming", *SMALL, "--lookahead-frames", "2",
+                                      "--lookahead-mixing", mixing)
     weight = model.encoder.lookahead.weight
     assert weight.shape == (32, 3) and torch.equal(weight[:, 1:], torch.zeros(32, 2))
+    future = model.encoder.lookahead.future
+    assert (future is None) == (mixing == "channel")
     model.train()
     loss, _, _ = criterion(model, random_sample(task, [37, 50], [4, 6]))
     loss.backward()
     assert (weight.grad[:, 1:].abs() > 0).float().mean() > 0.9
+    if future is not None:
+        assert torch.equal(future.weight, torch.zeros(32, 64)) and (future.weight.grad.abs() > 0).float().mean() > 0.9
 
 
 @pytest.mark.parametrize("layer_type", ["mssm", "stateformer", "transformer"])
@@ -154,14 +170,17 @@ def test_encoders_that_need_the_whole_utterance_say_why():
         build("mssm_transducer_streaming", *SMALL, "--lookahead-frames", "-1")
 
 
-def _causal_model(subsampler: str = "tr", layers: int = 2, lookahead: int = 0):
+def _causal_model(subsampler: str = "tr", layers: int = 2, lookahead: int = 0, mixing: str = "channel"):
     """A random ``mssm_transducer_streaming`` in float64 (with ``lookahead``: random look-ahead taps)."""
     torch.manual_seed(3)
     model = build("mssm_transducer_streaming", *SMALL, "--subsampler", subsampler, "--encoder-layers", str(layers),
-                  "--lookahead-frames", str(lookahead), vocab_size=11)[0].double().eval()
+                  "--lookahead-frames", str(lookahead), "--lookahead-mixing", mixing,
+                  vocab_size=11)[0].double().eval()
     if lookahead:
         with torch.no_grad():
             model.encoder.lookahead.weight.normal_()
+            if model.encoder.lookahead.future is not None:
+                model.encoder.lookahead.future.weight.normal_(std=0.3)
     return model
 
 
@@ -174,12 +193,14 @@ def _streamed_search(model, features, chunk, search):
     return search
 
 
-@pytest.mark.parametrize("subsampler, layers, lookahead", [("tr", 2, 0), ("ms", 3, 1), ("ms", 3, 2), ("ms", 3, 4)])
+@pytest.mark.parametrize("subsampler, layers, lookahead, mixing", [
+    ("tr", 2, 0, "channel"), ("ms", 3, 1, "channel"), ("ms", 3, 2, "channel"), ("ms", 3, 4, "channel"),
+    ("ms", 3, 2, "full")])
 @pytest.mark.parametrize("chunk", [1, 13])
-def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk, subsampler, layers, lookahead):
+def test_streaming_greedy_and_beam_search_return_the_offline_hypotheses(chunk, subsampler, layers, lookahead, mixing):
     """No blank penalty: the random model emits labels at most frames and blanks at others (greedy), and the beam
     merges and prunes hypotheses of several lengths; the same with look-ahead, against offline with the same K."""
-    model = _causal_model(subsampler, layers, lookahead)
+    model = _causal_model(subsampler, layers, lookahead, mixing)
     suppress = (1, 2, 3)  # <pad>, </s>, <unk>
     for T in (37, 50):
         features = torch.randn(1, T, 80, dtype=torch.float64)

@@ -11,9 +11,18 @@ sub-sampling stride 4), and every layer above it still sees ``K`` frames of the 
 layers' input projections to mix the channels: ``D x (K + 1)`` parameters, initialised to the identity (``w[:, 0] =
 1``, the other taps 0: at initialisation, the causal encoder without look-ahead).
 
+With ``mixing="full"`` the layer also mixes channels across the future: a projection of the ``K`` future frames,
+
+    y[t] += W [x[t + 1]; ...; x[t + K]]                     (W: D x K D, initialised to 0)
+
+``K D^2`` more parameters, so that every channel of frame ``t`` can draw on every channel of its successors before
+the first causal layer (the per-channel taps alone leave that to the layers' input projections, one frame at a
+time). At initialisation it is the same identity.
+
 ``step`` runs it chunk by chunk: the last ``K`` frames of each chunk wait in the cache for their successors, and the
 stream's end (``final``) completes them with zeros, as an utterance's end is. The sum is taken tap by tap in one
-order, so a frame's output is the same number computed whole or in any chunks (exactly, in any precision).
+order, so a frame's output is the same number computed whole or in any chunks (exactly in any precision per
+channel; to the rounding of one matrix product, row by row, with ``mixing="full"``).
 
 Imports only torch.
 """
@@ -24,17 +33,26 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class LookAhead(nn.Module):
-    """``B x T x D`` -> ``B x T x D``: frame ``t`` a per-channel weighted sum of frames ``t .. t + frames``."""
+MIXINGS = ("channel", "full")
 
-    def __init__(self, dim: int, frames: int):
+
+class LookAhead(nn.Module):
+    """``B x T x D`` -> ``B x T x D``: frame ``t`` a per-channel weighted sum of frames ``t .. t + frames`` (and,
+    with ``mixing="full"``, a projection of its ``frames`` successors' every channel)."""
+
+    def __init__(self, dim: int, frames: int, mixing: str = "channel"):
         super().__init__()
         if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
             raise ValueError(f"a look-ahead layer needs at least 1 future frame, got {frames!r}")
+        if mixing not in MIXINGS:
+            raise ValueError(f"look-ahead mixing must be one of {', '.join(MIXINGS)}, got {mixing!r}")
         self.frames = frames
         weight = torch.zeros(dim, frames + 1)
         weight[:, 0] = 1.0
         self.weight = nn.Parameter(weight)
+        self.future = nn.Linear(frames * dim, dim, bias=False) if mixing == "full" else None
+        if self.future is not None:
+            nn.init.zeros_(self.future.weight)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x T x D``; ``padding_mask``: ``B x T``, True at padded frames, which count as zeros (an
@@ -49,6 +67,8 @@ class LookAhead(nn.Module):
         out = x[:, :n] * self.weight[:, 0]
         for k in range(1, self.frames + 1):
             out = out + x[:, k:k + n] * self.weight[:, k]
+        if self.future is not None:
+            out = out + self.future(torch.cat([x[:, k:k + n] for k in range(1, self.frames + 1)], dim=-1))
         return out
 
     def step(self, x: Tensor, cache: dict, final: bool = False) -> Tensor:
@@ -72,4 +92,4 @@ class LookAhead(nn.Module):
         return 0 if held is None else held.shape[1]
 
     def extra_repr(self) -> str:
-        return f"dim={self.weight.shape[0]}, frames={self.frames}"
+        return f"dim={self.weight.shape[0]}, frames={self.frames}, mixing={'full' if self.future is not None else 'channel'}"

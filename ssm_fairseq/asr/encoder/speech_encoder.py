@@ -37,6 +37,8 @@ class SpeechEncoder(nn.Module):
             auxiliary losses; 0 for none.
         lookahead_frames: ``K``, sub-sampled frames of look-ahead (``lookahead.LookAhead`` after the sub-sampler:
             output frame ``t`` sees input up to frame ``t + K``); 0 for none (no module, no parameters).
+        lookahead_mixing: ``channel`` (per-channel taps) or ``full`` (also a projection of the ``K`` future
+            frames' every channel); see ``lookahead.LookAhead``.
 
     An encoder of causal ``mssm`` layers (``cfg.causal``) on the ``tr`` or ``ms`` sub-sampler, without positions,
     also runs chunk by chunk (``step``): streaming recognition, each frame ``lookahead_frames`` frames late.
@@ -54,12 +56,13 @@ class SpeechEncoder(nn.Module):
         positions: bool = False,
         intermediate_every: int = 0,
         lookahead_frames: int = 0,
+        lookahead_mixing: str = "channel",
     ):
         super().__init__()
         self.subsampler = build_subsampler(subsampler, input_dim, cfg, conv_channels, tr_stride)
         self.lookahead_frames = lookahead_frames
         if lookahead_frames:
-            self.lookahead = LookAhead(cfg.dim, lookahead_frames)
+            self.lookahead = LookAhead(cfg.dim, lookahead_frames, lookahead_mixing)
         self.positions = positions
         self.dropout = LeanDropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(layer_type, cfg) for _ in range(layers))

@@ -19,6 +19,7 @@ from ...layers.feed_forward import ACTIVATIONS
 from .joiner import ACTIVATIONS as JOINER_ACTIVATIONS, Joiner
 from ...layers.state_space.multihead_ssm import GATINGS
 from .predictor import Predictor
+from ..encoder.lookahead import MIXINGS as LOOKAHEAD_MIXINGS
 from ..encoder.speech_encoder import SpeechEncoder
 from ..encoder.subsampling import SUBSAMPLERS, subsampling_stride
 from ...architecture import fill_config_defaults, set_defaults
@@ -64,6 +65,10 @@ class TransducerConfig(FairseqDataclass):
                                      "asr/encoder/lookahead.py): encoder frame t sees the input up to frame t+K, "
                                      "and a stream gives it K frames (K x 40 ms at stride 4) later; 0: none "
                                      "(the model of earlier releases). Needs --causal-encoder"})
+    lookahead_mixing: ChoiceEnum(LOOKAHEAD_MIXINGS) = field(
+        default="channel", metadata={"help": "channel: the look-ahead is per-channel taps over frames t .. t+K "
+                                             "(D x (K+1) parameters); full: also a projection of frames t+1 .. t+K's "
+                                             "every channel (K D^2 more, initialised to 0)"})
     input_feat_per_channel: int = field(default=80, metadata={"help": "filterbank bins"})
     dropout: float = field(default=0.1, metadata={"help": "encoder dropout"})
     aux_ctc_every: int = field(
@@ -155,6 +160,7 @@ class TransducerModel(BaseFairseqModel):
             positions=cfg.encoder_positions,
             intermediate_every=cfg.aux_ctc_every,
             lookahead_frames=cfg.lookahead_frames,
+            lookahead_mixing=cfg.lookahead_mixing,
         )
         if cfg.compile_encoder:
             compile_layers(encoder.layers)
