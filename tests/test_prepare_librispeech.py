@@ -283,6 +283,36 @@ def test_global_cmvn_statistics_of_the_training_subsets_in_the_config(tmp_path, 
     assert np.abs(normalised.mean(axis=0)).max() < 1e-4 and np.abs(normalised.std(axis=0) - 1).max() < 1e-4
 
 
+def test_adaptive_cmvn_follows_global_cmvn_in_the_config(tmp_path, caplog):
+    """``--cmvn adaptive``: the training set's statistics and global CMVN, then ``adaptive_cmvn`` with the prior of
+    ``--cmvn-prior-frames``, in training and evaluation; the transform fairseq builds from the config is each
+    utterance's running CMVN after global CMVN; switching to or from it is refused as any other CMVN change."""
+    from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
+
+    from ssm_fairseq.asr.features.adaptive_cmvn import RunningCMVN
+    from ssm_fairseq.asr.transducer.data_config import DataDirectoryConfig
+
+    corpus, out = write_fixture(tmp_path), tmp_path / "data"
+    assert run(corpus, out, "--cmvn", "adaptive", "--cmvn-prior-frames", "50") == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["feature_transforms"] == {"_train": ["global_cmvn", "adaptive_cmvn", "specaugment"],
+                                            "*": ["global_cmvn", "adaptive_cmvn"]}
+    assert config["adaptive_cmvn"] == {"prior_frames": 50} and config["global_cmvn"] == {"stats_npz_path": "gcmvn.npz"}
+    stats = np.load(out / "gcmvn.npz")
+    features = np.load(out / read_manifest(out / "test-fixture.tsv")[0]["audio"])
+    transform = CompositeAudioFeatureTransform.from_config_dict(
+        DataDirectoryConfig(out / "config.yaml").get_feature_transforms("test-fixture", False))
+    expected = RunningCMVN(50)((features - stats["mean"]) / stats["std"])
+    np.testing.assert_allclose(transform(features), expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(transform(features), (features - stats["mean"]) / stats["std"], atol=1e-2)
+    caplog.clear()
+    assert run(corpus, out, "--cmvn", "global") == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "--cmvn global" in errors[0] and "uses adaptive CMVN" in errors[0]
+    assert run(corpus, out, "--cmvn", "adaptive", "--cmvn-prior-frames", "-1") == 1  # refused, named
+    assert "prior_frames must be a number of frames >= 0" in caplog.records[-1].getMessage()
+
+
 def test_a_config_of_an_earlier_release_with_absolute_paths_is_no_change(tmp_path, caplog):
     """An earlier release wrote ``audio_root`` and the statistics as absolute paths: preparing again rewrites them
     relative to the directory, without the warning for a changed data configuration."""

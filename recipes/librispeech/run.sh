@@ -4,7 +4,8 @@
 #   recipes/librispeech/run.sh [--stage N] [--stop-stage N] [--arch NAME] [--conf FILE]
 #
 # Stages: 0 download the subsets from openslr (skipped when present), 1 filterbanks, manifests, SentencePiece
-# and config.yaml (scripts/prepare_librispeech.py; the conf's cmvn: utterance, or global for streaming models),
+# and config.yaml (scripts/prepare_librispeech.py; the conf's cmvn: utterance, or global or adaptive for streaming
+# models),
 # 2 fairseq-train (Adam, warmup_hold_exp_decay; resumes from checkpoint_last.pt), 3 average the last epoch
 # checkpoints, 4 fairseq-generate on each evaluation set (transducer beam search), 5 print a markdown WER table.
 # Every stage can be re-run on its own.

@@ -23,7 +23,10 @@ Output in ``--out``:
   ``global_cmvn`` with ``gcmvn.npz`` (``mean``, ``std``: ``80`` float32 each), the mean and std of each bin over
   every frame of the training subsets (sums in float64, std floored at ``sqrt(1e-8)`` as fairseq's
   ``cal_gcmvn_stats`` does), named as ``gcmvn.npz``, relative to the directory: what a streaming model needs, as
-  it normalises each frame as it comes (``ssm_fairseq.asr.features.filterbank``).
+  it normalises each frame as it comes (``ssm_fairseq.asr.features.filterbank``). ``--cmvn adaptive``: global CMVN
+  followed by this package's ``adaptive_cmvn`` (``ssm_fairseq.asr.features.adaptive_cmvn``: each frame also
+  normalised by the running statistics of its utterance so far, pooled with ``--cmvn-prior-frames`` frames of the
+  training set's), in training and evaluation alike; causal, so a streaming model can use it too.
 
 Audio at another sample rate is resampled to 16 kHz and several channels are averaged, with a log line per
 kind of conversion, so the filterbanks match LibriSpeech's. Features are computed on ``--jobs`` processes
@@ -78,6 +81,7 @@ import torch
 import yaml
 
 from ssm_fairseq.atomic_files import replacing
+from ssm_fairseq.asr.features.adaptive_cmvn import ADAPTIVE_CMVN, check_prior_frames
 from ssm_fairseq.asr.features.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
 from ssm_fairseq.asr.transducer.data_config import GLOBAL_CMVN_STATS
 from ssm_fairseq.integrity.manifest_check import npy_shape
@@ -90,7 +94,9 @@ LIBRISPEECH_SUBSETS = ["train-clean-100", "train-clean-360", "train-other-500", 
                        "test-clean", "test-other"]
 LM_DICTIONARY = "dict.txt"  # the dictionary again, where fairseq's language_modeling task (and LM fusion) reads it
 MANIFEST_COLUMNS = ["id", "audio", "n_frames", "tgt_text", "speaker"]
-CMVN_CHOICES = ("utterance", "global")  # --cmvn: fairseq's utterance_cmvn or global_cmvn feature transform
+CMVN_CHOICES = ("utterance", "global", "adaptive")  # --cmvn: fairseq's utterance_cmvn, global_cmvn, + adaptive_cmvn
+GLOBAL_STATS_CMVNS = ("global", "adaptive")  # the --cmvn choices that need the training set's gcmvn.npz
+DEFAULT_PRIOR_FRAMES = 300  # --cmvn adaptive: frames of the training statistics pooled with an utterance's own
 GLOBAL_CMVN_VARIANCE_FLOOR = 1e-8  # fairseq's cal_gcmvn_stats (examples/speech_to_text/data_utils.py)
 SPECAUGMENT_LD = {"freq_mask_F": 27, "freq_mask_N": 2, "time_mask_N": 2, "time_mask_T": 100, "time_mask_p": 1.0,
                   "time_wrap_W": 0}
@@ -119,6 +125,7 @@ class PreparationOptions:
     time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"]  # SpecAugment's widest time mask; None: none
     overwrite_vocabulary: bool = False
     cmvn: str = "utterance"  # one of CMVN_CHOICES
+    prior_frames: float = DEFAULT_PRIOR_FRAMES  # --cmvn adaptive's prior_frames
     overwrite_cmvn: bool = False
 
 
@@ -424,10 +431,13 @@ def install_vocabulary(trained: Path, out: Path, overwrite: bool) -> str:
 
 
 def configured_cmvn(config: dict) -> str:
-    """The CMVN a ``config.yaml`` (as a dict) applies: ``"global"``, ``"utterance"`` or ``"none"``."""
+    """The CMVN a ``config.yaml`` (as a dict) applies: ``"adaptive"``, ``"global"``, ``"utterance"`` or ``"none"``."""
     transforms = config.get("feature_transforms") or config.get("transforms") or {}
     names = {name for names in transforms.values() for name in (names or [])}
-    return "global" if "global_cmvn" in names else "utterance" if "utterance_cmvn" in names else "none"
+    for cmvn, transform in (("adaptive", ADAPTIVE_CMVN), ("global", "global_cmvn"), ("utterance", "utterance_cmvn")):
+        if transform in names:
+            return cmvn
+    return "none"
 
 
 def prepared_vocabulary(out: Path, subsets: list[str]) -> str:
@@ -498,9 +508,10 @@ def write_global_cmvn(out: Path, mean: np.ndarray, std: np.ndarray) -> Path:
 
 
 def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUGMENT_LD["time_mask_T"],
-                 global_cmvn: bool = False) -> None:
+                 global_cmvn: bool = False, prior_frames: float | None = None) -> None:
     """``config.yaml``, written atomically; ``time_mask_width`` None: no SpecAugment; ``global_cmvn``: global CMVN
-    with ``gcmvn.npz``, else utterance CMVN. Paths are relative to ``out`` (``audio_root: .``), which the
+    with ``gcmvn.npz``, else utterance CMVN; ``prior_frames`` (with ``global_cmvn``): then ``adaptive_cmvn`` with
+    that prior. Paths are relative to ``out`` (``audio_root: .``), which the
     ``speech_transducer`` task resolves against the data directory (``ssm_fairseq.asr.transducer.data_config``), so it
     can move."""
     cmvn = "global_cmvn" if global_cmvn else "utterance_cmvn"
@@ -513,6 +524,11 @@ def write_config(out: Path, spm_name: str, time_mask_width: int | None = SPECAUG
     }
     if global_cmvn:
         config["global_cmvn"] = {"stats_npz_path": GLOBAL_CMVN_STATS}
+        if prior_frames is not None:
+            for names in config["feature_transforms"].values():
+                names.append(ADAPTIVE_CMVN)
+            config[ADAPTIVE_CMVN] = {"prior_frames": int(prior_frames) if float(prior_frames).is_integer()
+                                     else prior_frames}
     if time_mask_width is not None:
         config["specaugment"] = {**SPECAUGMENT_LD, "time_mask_T": time_mask_width}
         config["feature_transforms"]["_train"].append("specaugment")
@@ -545,8 +561,8 @@ def check_subsets(out: Path, subsets: list[str], train_subsets: list[str], cmvn:
         raise ValueError(f"--cmvn {cmvn}: expected one of {', '.join(CMVN_CHOICES)}")
     if not set(train_subsets) <= set(subsets):
         raise ValueError(f"training subsets {train_subsets} must be among the subsets {subsets}")
-    if cmvn == "global" and not train_subsets and not (out / "config.yaml").is_file():
-        raise ValueError(f"--cmvn global computes its statistics on the training subsets, and none of {subsets} is "
+    if cmvn in GLOBAL_STATS_CMVNS and not train_subsets and not (out / "config.yaml").is_file():
+        raise ValueError(f"--cmvn {cmvn} computes its statistics on the training subsets, and none of {subsets} is "
                          f"one (--train-subsets, or by default the subsets whose name starts with 'train'): prepare "
                          f"the training subsets with them, or use --cmvn utterance")
 
@@ -635,7 +651,8 @@ def update_global_cmvn(out: Path, global_cmvn: bool, train_subsets: list[str],
 
 def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str], options: PreparationOptions) -> None:
     """Features, manifests, SentencePiece model and ``config.yaml`` for ``subsets`` of ``root`` (see module doc);
-    ``options.cmvn``: ``"utterance"`` or ``"global"`` (also ``gcmvn.npz``, from the ``train_subsets``).
+    ``options.cmvn``: ``"utterance"``, ``"global"`` or ``"adaptive"`` (the last two also ``gcmvn.npz``, from the
+    ``train_subsets``).
 
     Raises ``CorpusError`` listing every problem unless ``options.skip_bad``, ``VocabularyError`` (before any
     manifest is written) if the vocabulary would replace a different one unless ``options.overwrite_vocabulary``,
@@ -650,7 +667,7 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
     extracted: dict[str, ExtractedSubset] = {}
     all_problems: list[str] = []
     for subset in subsets:
-        sums = options.cmvn == "global" and subset in train_subsets
+        sums = options.cmvn in GLOBAL_STATS_CMVNS and subset in train_subsets
         extracted[subset] = extract_subset(out, subset, *read[subset], options.jobs, sums)
         all_problems += extracted[subset].problems
     if all_problems and not options.skip_bad:
@@ -662,8 +679,9 @@ def prepare(root: Path, out: Path, subsets: list[str], train_subsets: list[str],
     write_manifests(out, subsets, extracted)
     if options.combine_train:
         write_combined_manifest(out, options.combine_train, train_subsets)
-    update_global_cmvn(out, options.cmvn == "global", train_subsets, extracted)
-    write_config(out, spm_name, options.time_mask_width, options.cmvn == "global")
+    update_global_cmvn(out, options.cmvn in GLOBAL_STATS_CMVNS, train_subsets, extracted)
+    write_config(out, spm_name, options.time_mask_width, options.cmvn in GLOBAL_STATS_CMVNS,
+                 options.prior_frames if options.cmvn == "adaptive" else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -682,7 +700,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-specaugment", action="store_true", help="no SpecAugment on training subsets")
     parser.add_argument("--cmvn", choices=CMVN_CHOICES, default="utterance",
                         help="utterance: each utterance normalised by its own mean and std (default); global: by the "
-                             "training subsets' mean and std per bin (gcmvn.npz), which streaming models need")
+                             "training subsets' mean and std per bin (gcmvn.npz), which streaming models need; "
+                             "adaptive: global, then by the running statistics of the utterance so far pooled with "
+                             "--cmvn-prior-frames frames of the training set's (causal: streams too)")
+    parser.add_argument("--cmvn-prior-frames", type=float, default=DEFAULT_PRIOR_FRAMES,
+                        help=f"--cmvn adaptive: frames of the training statistics pooled with an utterance's own "
+                             f"(default {DEFAULT_PRIOR_FRAMES}; inf: global CMVN alone)")
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count(), help="feature processes")
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out bad utterances (listed in SUBSET.rejected.tsv) instead of failing")
@@ -709,7 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.librispeech_root, args.out, subsets, train_subsets, PreparationOptions(
             vocab_size=args.vocab_size, jobs=args.jobs, skip_bad=args.skip_bad, combine_train=args.combine_train,
             time_mask_width=None if args.no_specaugment else args.time_mask_width,
-            overwrite_vocabulary=args.overwrite_vocabulary, cmvn=args.cmvn, overwrite_cmvn=args.overwrite_cmvn))
+            overwrite_vocabulary=args.overwrite_vocabulary, cmvn=args.cmvn, overwrite_cmvn=args.overwrite_cmvn,
+            prior_frames=check_prior_frames(args.cmvn_prior_frames)))
     except CorpusError as error:
         logger.error(f"{len(error.problems)} problem(s) in the corpus (listed above); fix them or pass --skip-bad")
         return 1

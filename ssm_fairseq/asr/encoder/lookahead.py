@@ -92,4 +92,5 @@ class LookAhead(nn.Module):
         return 0 if held is None else held.shape[1]
 
     def extra_repr(self) -> str:
-        return f"dim={self.weight.shape[0]}, frames={self.frames}, mixing={'full' if self.future is not None else 'channel'}"
+        mixing = "channel" if self.future is None else "full"
+        return f"dim={self.weight.shape[0]}, frames={self.frames}, mixing={mixing}"

@@ -44,6 +44,7 @@ import numpy as np
 from fairseq.data.audio.feature_transforms import AudioFeatureTransform, register_audio_feature_transform
 
 VARIANCE_FLOOR = 1e-10  # fairseq's UtteranceCMVN's
+ADAPTIVE_CMVN = "adaptive_cmvn"  # the transform's name in a data directory's config.yaml
 
 
 def check_prior_frames(prior_frames) -> float:
@@ -110,7 +111,7 @@ class RunningCMVN:
         return None if mean is None else self._sums[1] / (self.prior_frames + self.frames) - mean * mean
 
 
-@register_audio_feature_transform("adaptive_cmvn")
+@register_audio_feature_transform(ADAPTIVE_CMVN)
 class AdaptiveCMVN(AudioFeatureTransform):
     """fairseq's feature transform ``adaptive_cmvn``: one utterance, ``T x D`` globally normalised frames, through a
     fresh ``RunningCMVN`` (its statistics start from the prior at the utterance's first frame). ``stream()`` gives

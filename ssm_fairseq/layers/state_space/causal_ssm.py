@@ -54,7 +54,8 @@ class CausalSSM(nn.Module):
         if "recurrence" not in cache:
             cache["recurrence"] = self._recurrence()
             cache["state"] = cache["recurrence"].initial_state(x.shape[0]).to(x.device)
-        y, cache["state"] = cache["recurrence"].chunk(x.transpose(1, 2).to(cache["state"].real.dtype), cache["state"])
+        state = cache["state"]
+        y, cache["state"] = cache["recurrence"].chunk(x.transpose(1, 2).to(state.dtype.to_real()), state)
         return self.out_proj(F.gelu(y[:, 0].to(x.dtype)).transpose(1, 2))
 
     def _recurrence(self):

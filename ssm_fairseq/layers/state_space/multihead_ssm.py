@@ -178,7 +178,7 @@ class MultiHeadSSM(nn.Module):
             x = self.in_proj(x)
         for i, recurrence in enumerate(cache["recurrences"]):
             state = cache["states"][i]
-            y, cache["states"][i] = recurrence.chunk(x.transpose(1, 2).to(state.real.dtype), state)
+            y, cache["states"][i] = recurrence.chunk(x.transpose(1, 2).to(state.dtype.to_real()), state)
             x = self.dropout(self.activate(y.to(x.dtype))).transpose(1, 2)
             if i < len(self.linears):
                 x = self.linears[i](x)
