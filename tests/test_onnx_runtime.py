@@ -25,7 +25,7 @@ from ssm_fairseq.deploy import filterbank
 from ssm_fairseq.deploy.errors import ExportDirectoryError
 from ssm_fairseq.deploy.exporter import export_model
 from ssm_fairseq.deploy.manifest import MANIFEST
-from ssm_fairseq.deploy.recognizer import OnnxRecognizer
+from ssm_fairseq.deploy.recognizer import OnnxRecognizer, read_16k_mono
 
 from onnx_tiny_model import MINI_TEST, REPO, SEARCHES, metadata_of, mini_features, tiny_model
 
@@ -106,6 +106,23 @@ def test_transcripts_equal_pytorch_offline_and_streamed(exported, name):
         assert [stream.stream_file(path, chunk_ms) for path in files] == offline
     int8 = OnnxRecognizer(out, "int8", **SEARCHES[name]).transcribe(files)
     assert len(int8) == len(files) and all(isinstance(t, str) for t in int8)
+
+
+def test_streamed_partials_are_detokenized_incrementally(exported):
+    """Each chunk's partial transcript is the whole partial hypothesis's text (``OnnxRecognizer.text``), while only the
+    units after those the previous chunk's hypothesis shares are detokenized: fewer than all units of every chunk."""
+    _, _, out, files, _ = exported
+    recognizer = OnnxRecognizer(out, **SEARCHES["beam"], lenpen=1.0)
+    stream = recognizer.stream()
+    samples = read_16k_mono(files[0])
+    whole_texts = 0
+    for start in range(0, len(samples), 1600):  # 100 ms chunks
+        partial = stream.accept_waveform(samples[start:start + 1600])
+        tokens = stream.search.partial(recognizer.length_norm).tokens
+        assert partial == recognizer.text(tokens)
+        whole_texts += len(tokens)
+    assert 0 < stream.partial_text.units_detokenized < whole_texts
+    assert stream.finish().text == recognizer.transcribe(files[:1])[0]
 
 
 def test_bad_audio_is_named_before_anything_is_decoded(exported, tmp_path):

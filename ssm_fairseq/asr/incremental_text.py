@@ -33,9 +33,13 @@ def unit_pieces(dictionary, ignored: Collection[int]) -> list[str]:
         if index in dropped:
             pieces.append("")
             continue
-        unit = dictionary.unk_string(False) if index == unk else dictionary[index]
-        pieces.append(unit.replace(" ", "").replace(WORD_BOUNDARY, " "))
+        pieces.append(unit_piece(dictionary.unk_string(False) if index == unk else dictionary[index]))
     return pieces
+
+
+def unit_piece(unit: str) -> str:
+    """A unit's string -> its piece of text before the strip: without spaces, ``"▁"`` turned into a space."""
+    return unit.replace(" ", "").replace(WORD_BOUNDARY, " ")
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

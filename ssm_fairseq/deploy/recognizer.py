@@ -11,8 +11,9 @@
 What ``asr.Recognizer`` does with the checkpoint, done with the exported graphs and numpy: the filterbanks
 (``deploy.filterbank``), the global-CMVN statistics of the export (or utterance CMVN), the encoder chunk by chunk
 (``onnx_transducer``; a whole file is one stream) or, for an offline export, on the whole file at once, the searches
-(``deploy.search``), the units joined into words as ``fairseq-generate --post-process sentencepiece`` joins them, and
-word times from the alignment, emission and blank frames (``asr.search.word_timestamps``). For a streaming export a
+(``deploy.search``), the units joined into words as ``fairseq-generate --post-process sentencepiece`` joins them (a
+stream's partial transcript detokenizing only the units after those the last chunk's shares, ``asr.incremental_text``),
+and word times from the alignment, emission and blank frames (``asr.search.word_timestamps``). For a streaming export a
 file is a stream fed all at once, so offline and streamed transcripts are the same. Audio files must be 16 kHz
 (channels are averaged): resampling is torchaudio's, which this runtime does not have; other rates are refused,
 named. Imports numpy, onnxruntime and soundfile.
@@ -24,12 +25,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..asr.incremental_text import IncrementalText, unit_piece
 from ..asr.transcripts import InputError, TimedTranscript
 from .filterbank import SAMPLE_RATE, StreamingFilterbank, frame_count, log_mel_filterbank
 from .onnx_transducer import OnnxTransducer
 from .search import MAX_SYMBOLS_PER_FRAME, Hypothesis, build_search
-
-WORD_BOUNDARY = "\u2581"
 
 
 class OnnxRecognizer:
@@ -48,6 +48,9 @@ class OnnxRecognizer:
         self.vocabulary: list[str] = meta["vocabulary"]
         self.strip = set(meta["strip"])
         self.unk, self.unk_word = meta["unk"], meta["unk_word"]
+        # each unit's piece of text (IncrementalText's): "" for a stripped unit, the unknown word for <unk>
+        self.pieces = ["" if index in self.strip else unit_piece(self.unk_word if index == self.unk else unit)
+                       for index, unit in enumerate(self.vocabulary)]
         self.frame_seconds = meta["frame_seconds"]
         cmvn = meta["global_cmvn"]
         self.cmvn = None if cmvn is None else (np.array(cmvn["mean"]), np.array(cmvn["std"]))
@@ -70,8 +73,7 @@ class OnnxRecognizer:
 
     def text(self, tokens: Sequence[int]) -> str:
         """Label ids -> words (``Dictionary.string(tokens, "sentencepiece")`` with the search's stripped symbols)."""
-        pieces = [self.unk_word if t == self.unk else self.vocabulary[t] for t in tokens if t not in self.strip]
-        return "".join(pieces).replace(" ", "").replace(WORD_BOUNDARY, " ").strip()
+        return "".join(self.pieces[t] for t in tokens).strip()
 
     def timed_words(self, hypothesis: Hypothesis, duration: float | None) -> list:
         """The words of ``hypothesis`` with their times (``asr.search.word_timestamps``)."""
@@ -143,6 +145,7 @@ class OnnxStream:
         self.filterbank = StreamingFilterbank()
         self.encoder = self.recognizer.model.encoder_stream()
         self.search = build_search(self.recognizer.model, **self.recognizer.search_args)
+        self.partial_text = IncrementalText(self.recognizer.pieces)  # detokenizes only what changed since a chunk
         self.samples = 0
 
     def accept_features(self, fbank: np.ndarray, samples: int) -> None:
@@ -155,7 +158,7 @@ class OnnxStream:
     def accept_waveform(self, samples: np.ndarray) -> str:
         """The next 1-D float samples (16 kHz mono, in [-1, 1]) -> the partial transcript."""
         self.accept_features(self.filterbank.accept_waveform(samples), len(samples))
-        return self.recognizer.text(self.search.partial(self.recognizer.length_norm).tokens)
+        return self.partial_text.text(self.search.partial(self.recognizer.length_norm).tokens)
 
     def finish(self) -> TimedTranscript:
         """End the utterance: its final transcript (words timed with ``timestamps``)."""
