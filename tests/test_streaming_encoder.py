@@ -25,11 +25,16 @@ def _encoder(subsampler: str, seed: int = 0, lookahead: int = 0, layers: int = 2
     encoder = SpeechEncoder("mssm", layers, CAUSAL, input_dim=FEATURES, subsampler=subsampler, tr_stride=4,
                             lookahead_frames=lookahead, lookahead_mixing=mixing).double().eval()
     if lookahead:
-        with torch.no_grad():
-            encoder.lookahead.weight.normal_()
-            if encoder.lookahead.future is not None:
-                encoder.lookahead.future.weight.normal_(std=0.3)
+        _randomise(encoder.lookahead)
     return encoder
+
+
+def _randomise(lookahead) -> None:
+    """Random look-ahead taps (N(0, 1)) and, with full mixing, projection (0.3 x N(0, 1))."""
+    with torch.no_grad():
+        lookahead.weight.normal_()
+        if lookahead.future is not None:
+            lookahead.future.weight.normal_(std=0.3)
 
 
 def _stream(encoder: SpeechEncoder, features: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -177,10 +182,7 @@ def _causal_model(subsampler: str = "tr", layers: int = 2, lookahead: int = 0, m
                   "--lookahead-frames", str(lookahead), "--lookahead-mixing", mixing,
                   vocab_size=11)[0].double().eval()
     if lookahead:
-        with torch.no_grad():
-            model.encoder.lookahead.weight.normal_()
-            if model.encoder.lookahead.future is not None:
-                model.encoder.lookahead.future.weight.normal_(std=0.3)
+        _randomise(model.encoder.lookahead)
     return model
 
 
