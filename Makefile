@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,plots,deploy,serve]"
 	touch $(STAMP)
 
+# Two pytest workers (pytest-xdist), each running a whole test file at a time, so that a file's fixtures are built
+# once; the 25 slowest tests are listed, to keep the suite short.
 test: setup
-	$(BIN)/python -m pytest -q --durations=25 tests  # the 25 slowest, to keep the suite short
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
 # Trains and decodes a small MSSM transducer on the shipped mini corpus (CPU; resumes if run again).
 demo: setup

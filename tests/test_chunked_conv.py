@@ -7,8 +7,6 @@ from ssm_fairseq.ssm import fft_conv
 from ssm_fairseq.ssm.chunked_conv import chunk_length, chunked_diagonal_conv, diagonal_powers
 from ssm_fairseq.ssm.structured_products import real_vandermonde
 
-torch.set_num_threads(2)
-
 
 def _system(H=5, N=4, C=2, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -33,7 +33,6 @@ def test_bucket_lengths_are_powers_of_two_and_three_halves():
 @pytest.fixture(scope="module")
 def models():
     """The same tiny ``mssm_transducer`` built with and without ``--compile-encoder`` (same seed, same weights)."""
-    torch.set_num_threads(2)
     torch.manual_seed(0)
     eager, *_ = build("mssm_transducer", *TINY)
     torch.manual_seed(0)

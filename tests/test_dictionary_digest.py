@@ -18,8 +18,6 @@ from cli import BIN, REPO, run_ok
 from ssm_fairseq.integrity.checkpoint_checks import DictionaryMismatchError
 from ssm_fairseq.integrity.dictionary_digest import dictionary_digest
 
-torch.set_num_threads(2)
-
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)

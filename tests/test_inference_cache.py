@@ -8,8 +8,6 @@ from ssm_fairseq.layers.state_space import bidirectional_ssm
 from ssm_fairseq.layers.state_space.bidirectional_ssm import BidirectionalSSM
 from ssm_fairseq.ssm.fft_conv import two_way_spectrum
 
-torch.set_num_threads(2)
-
 
 def _block() -> BidirectionalSSM:
     torch.manual_seed(0)

@@ -9,8 +9,6 @@ import test_spade_transformer
 from ssm_fairseq.cli.seq2seq_attention import attention_on_copies, encoder_spread
 from ssm_fairseq.layers.attention.cross_attention import CrossAttention
 
-torch.set_num_threads(2)
-
 
 def test_kept_weights_are_the_softmax_the_output_is_made_of_and_change_nothing():
     torch.manual_seed(0)

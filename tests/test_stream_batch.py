@@ -18,8 +18,6 @@ from ssm_fairseq.asr.samples import SampleRangeError
 from ssm_fairseq.asr.stream import ConcurrentCallError, StreamInProgressError
 from ssm_fairseq.layers.encoder_layer import LayerConfig
 
-torch.set_num_threads(2)
-
 CAUSAL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4, dropout=0.0, causal=True)
 FEATURES = 10
 

@@ -11,8 +11,6 @@ from ssm_fairseq.layers.encoder_layer import EncoderLayer, LayerConfig
 from ssm_fairseq.asr.encoder.speech_encoder import SpeechEncoder
 from transducer_cases import SMALL, build, random_sample
 
-torch.set_num_threads(2)
-
 CAUSAL = LayerConfig(dim=32, ffn_dim=64, attention_heads=4, ssm_heads=4, ssm_state_size=4, dropout=0.0, causal=True)
 FEATURES = 10
 

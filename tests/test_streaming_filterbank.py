@@ -11,7 +11,6 @@ import torch
 from ssm_fairseq.asr.features.audio_features import log_mel_filterbank
 from ssm_fairseq.asr.features.filterbank import StreamingFilterbank
 
-torch.set_num_threads(1)
 TOLERANCE = 1e-5
 
 

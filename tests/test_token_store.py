@@ -25,7 +25,6 @@ def test_branched_stepped_and_dropped_rows_score_their_full_forward(arch, flags,
     """Window 8; rows of lengths 1 to 30 (full windows, chunks at every phase, a local_lm's own positions) step
     together, branch (a row extended by several labels) and are dropped at random; the store is compacted (over 24
     keys, twice what the kept rows' windows can name) several times."""
-    torch.set_num_threads(2)
     monkeypatch.setattr(token_store, "COMPACT_SLOTS", 24)
     torch.manual_seed(3)
     model = build(arch, *flags)[0].eval()
