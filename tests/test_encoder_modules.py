@@ -224,6 +224,24 @@ def test_zero_ssm_heads_is_refused_by_name():
         MSSMKernel(16, 4, heads=0)
 
 
+def test_chunk_by_chunk_in_inference_from_a_batch_of_chunked_min_positions():
+    """On a CPU, without autograd, the choice counts a batch's positions (sequences x padded length): a decoding
+    batch of short utterances is convolved chunk by chunk, one short utterance by FFT. With autograd (training) only
+    a sequence's own length counts."""
+    from ssm_fairseq.ssm import batched_kernels
+    from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
+
+    kernels = [MSSMKernel(8, 4, heads=2)]
+    positions, length = batched_kernels.CHUNKED_MIN_POSITIONS, batched_kernels.CHUNKED_MIN_LENGTH
+    for L, batch, in_inference, in_training in ((positions - 1, 1, False, False), (positions // 8, 8, True, False),
+                                                (positions // 8, 7, False, False), (length, 1, True, True)):
+        with torch.no_grad():
+            (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
+        assert isinstance(kernel, DiagonalSystem) == in_inference, (L, batch)
+        (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
+        assert isinstance(kernel, DiagonalSystem) == in_training, (L, batch)
+
+
 def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernels(monkeypatch):
     """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage
     recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding

@@ -12,7 +12,15 @@ batch 1, forward + backward of the convolution including what each way needs of 
 The input is ``B x D x L`` contiguous, as the MSSM block's channels-first stages pass it. Time and peak memory as
 ``measurement.py`` describes; ratios are the FFT's time over each row's.
 
+``--layer`` measures instead one ``mssm_transducer`` encoder layer (width 512, both directions, two stages, as
+``encoders.architecture_encoder`` builds it) on batches of ``--positions`` positions (sequences x length) at each
+length, inference (no autograd, eval mode) and training (forward + backward), with the convolution forced each way
+(``batched_kernels.CHUNKED_MIN_LENGTH`` and ``CHUNKED_MIN_POSITIONS``): what sets the inference threshold, at the
+batches ``fairseq-train`` forms (``--max-tokens 40000`` feature frames are about 10,000 positions after 4x
+sub-sampling).
+
     python scripts/benchmarks/chunked_conv.py [--lengths 256 1024 4096 16384] [--chunk-lengths 16 32 64] [--device cuda]
+    python scripts/benchmarks/chunked_conv.py --layer --positions 400 2000 10000 --lengths 50 100 250 500 1000
 """
 from __future__ import annotations
 
@@ -21,8 +29,9 @@ import json
 
 import torch
 
-from measurement import add_measurement_arguments, in_subprocess, measure
-from ssm_fairseq.ssm import MSSMKernel, fft_conv
+from encoders import architecture_encoder
+from measurement import add_measurement_arguments, child, in_subprocess, measure
+from ssm_fairseq.ssm import MSSMKernel, batched_kernels, chunked_conv, fft_conv
 from ssm_fairseq.ssm.chunked_conv import chunk_length, chunked_diagonal_conv
 from ssm_fairseq.ssm.structured_products import real_vandermonde
 
@@ -45,20 +54,82 @@ def measure_convolution(args: argparse.Namespace) -> dict:
     return measure(run, args.device, args.repeats, args.what)
 
 
+def measure_layer(args: argparse.Namespace) -> dict:
+    """One ``mssm_transducer`` encoder layer on ``args.batch`` sequences of ``args.length`` (the last one 10%
+    padding), its convolutions ``args.way``, ``args.mode`` (``train``: forward + backward; ``infer``)."""
+    torch.manual_seed(0)
+    threshold = 0 if args.way == "chunked" else 2**62  # positions per sequence (autograd) and per batch
+    batched_kernels.CHUNKED_MIN_LENGTH = batched_kernels.CHUNKED_MIN_POSITIONS = threshold
+    if args.chunk:
+        chunked_conv.chunk_length = lambda L, batch=1: args.chunk
+    layer = architecture_encoder("mssm_transducer", 4 * args.length).layers[0].to(args.device)
+    x = torch.randn(args.batch, args.length, 512, device=args.device)
+    padding_mask = torch.zeros(args.batch, args.length, dtype=torch.bool, device=args.device)
+    padding_mask[-1, round(0.9 * args.length):] = True
+    layer.train(args.mode == "train")
+
+    def train():
+        layer.zero_grad(set_to_none=True)
+        layer(x, padding_mask).square().mean().backward()
+
+    @torch.no_grad()
+    def infer():
+        layer(x, padding_mask)
+
+    return measure(train if args.mode == "train" else infer, args.device, args.repeats, args.what)
+
+
+def print_layer_table(args: argparse.Namespace) -> None:
+    print(f"# mssm_transducer encoder layer (width 512), batches of a fixed number of positions, device {args.device}, "
+          f"{args.threads} threads, torch {torch.__version__}; ms best of {args.repeats}, FFT time / this time\n")
+    print("| positions | L | batch | way | inference ms | vs FFT | training ms | vs FFT | training peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for positions in args.positions:
+        for length in args.lengths:
+            batch = max(1, positions // length)
+            common = ["--layer", "--length", str(length), "--batch", str(batch), "--device", args.device,
+                      "--repeats", str(args.repeats), "--threads", str(args.threads)]
+            ways = {"FFT": ["--way", "fft"]}
+            for T in dict.fromkeys([chunk_length(length, batch), *args.chunk_lengths]):
+                default = " (default)" if T == chunk_length(length, batch) else ""
+                ways[f"chunked, T = {T}{default}"] = ["--way", "chunked", "--chunk", str(T)]
+            rows = {name: (child_time(["--mode", "infer", *way, *common]),
+                           in_subprocess(__file__, ["--mode", "train", *way, *common])) for name, way in ways.items()}
+            fft_infer, fft_train = rows["FFT"][0]["seconds"], rows["FFT"][1]["seconds"]
+            for name, (infer, train) in rows.items():
+                print(f"| {batch * length} | {length} | {batch} | {name} | {1000 * infer['seconds']:.0f} "
+                      f"| {fft_infer / infer['seconds']:.2f}x | {1000 * train['seconds']:.0f} "
+                      f"| {fft_train / train['seconds']:.2f}x | {train['peak_mib']:.0f} |", flush=True)
+
+
+def child_time(args: list[str]) -> dict:
+    """The time measurement of this script run with ``args`` in a fresh interpreter."""
+    return child(__file__, ["--what", "time", *args])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096, 16384])
     parser.add_argument("--chunk-lengths", type=int, nargs="*", default=[],
                         help="chunk lengths T to measure besides chunk_length(L)")
     parser.add_argument("--channels", type=int, default=1024)
+    parser.add_argument("--layer", action="store_true",
+                        help="an mssm_transducer encoder layer on batches of --positions positions, both ways")
+    parser.add_argument("--positions", type=int, nargs="+", default=[400, 2000, 10000],
+                        help="with --layer: positions per batch (batch = positions / length)")
     add_measurement_arguments(parser, repeats=3)
     parser.add_argument("--way", choices=("fft", "chunked"), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--chunk", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("train", "infer"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.way:
-        print(json.dumps(measure_convolution(args)))
+        print(json.dumps(measure_layer(args) if args.layer else measure_convolution(args)))
+        return
+    if args.layer:
+        print_layer_table(args)
         return
 
     print(f"# MSSM convolution, {args.channels} channels, C = 2, batch 1, forward + backward, device {args.device}, "

@@ -20,7 +20,8 @@ Vandermonde products) grow with the kernels batched, and batching the whole ``ms
 So on a CPU consecutive layers' kernels are generated in groups of at most ``GENERATION_BYTES`` (``generation_groups``),
 each when its first kernel is needed and freed once its layers have taken their kernels: two generations for the
 encoder at 2 s, eight at 10 s, where the training step's peak memory is 13% above one kernel at a time. On CPU
-(``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel is not generated at all:
+(``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, and without autograd from ``CHUNKED_MIN_POSITIONS``
+positions in a batch (its sequences times their padded length), an MSSM kernel is not generated at all:
 ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
 (``chunked_conv.py``).
 """
@@ -50,12 +51,19 @@ BATCHED_DEVICES = ("cuda",)
 # (3755 operators a step) and 1 at 16 MiB (3601) (docs/benchmarks.md, "What a step launches")
 GENERATION_BYTES = 8 * 2**20
 # devices on which MSSM kernels are convolved chunk by chunk from their diagonal systems: where matrix products run
-# faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward:
-# on a 2-core CPU, FFT 22 / 55 / 591 / 2503 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 29 / 60 / 269 / 986;
-# on an NVIDIA H200 the FFT is 1.4-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
+# faster than FFTs (scripts/benchmarks/chunked_conv.py). One convolution of 1024 channels (C = 2), forward + backward,
+# batch 1: on a 2-core CPU, FFT 22 / 55 / 591 / 2503 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 29 / 60 / 269
+# / 986; on an NVIDIA H200 the FFT is 1.4-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
 CHUNKED_DEVICES = ("cpu",)
-# the shortest sequence convolved chunk by chunk (from the CPU figures above)
+# with autograd, the shortest sequence convolved chunk by chunk (from the figures above). A width-512 MSSM layer's
+# training step is also faster chunk by chunk at the batches fairseq-train forms (1.4-1.6x at 10,000 positions), but
+# the mssm_transducer encoder's then holds about a third more memory (2220 -> 2909 MiB at 4 x 15 s; 26 x 15 s
+# outgrew this machine's 24 GB) and recomputing its stages to save it costs more time than the chunks gain
 CHUNKED_MIN_LENGTH = 2048
+# without autograd (decoding, validation), the fewest positions of a batch (sequences times padded length) convolved
+# chunk by chunk: a width-512 MSSM layer on a 2-core CPU is faster that way from about 2,000 (at any length from 50 to
+# 2,000 frames), about as fast at 1,000 and slower at 400 (``chunked_conv.py --layer``, docs/benchmarks.md)
+CHUNKED_MIN_POSITIONS = 2000
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 
@@ -96,8 +104,10 @@ def can_batch(kernels: list) -> bool:
     return len({_signature(k) for k in kernels}) == 1
 
 
-def _chunked(kernels: list, L: int) -> bool:
-    return bool(kernels) and kernels[0].D.device.type in CHUNKED_DEVICES and L >= CHUNKED_MIN_LENGTH
+def _chunked(kernels: list, L: int, batch: int) -> bool:
+    if not kernels or kernels[0].D.device.type not in CHUNKED_DEVICES:
+        return False
+    return L >= CHUNKED_MIN_LENGTH or (not torch.is_grad_enabled() and batch * L >= CHUNKED_MIN_POSITIONS)
 
 
 def generation_groups(kernels: list, L: int) -> list[list]:
@@ -123,10 +133,11 @@ def generation_groups(kernels: list, L: int) -> list[list]:
     return groups
 
 
-def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
-    """What ``convolve`` needs of each of ``kernels`` at length ``L``: ``kernel(L)``, those of one configuration in
-    one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of kernels each); on the
-    devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions, an MSSM kernel's ``DiagonalSystem`` instead.
+def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
+    """What ``convolve`` needs of each of ``kernels`` for ``batch`` sequences of length ``L``: ``kernel(L)``, those of
+    one configuration in one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of
+    kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions (without autograd:
+    from ``CHUNKED_MIN_POSITIONS`` positions ``batch x L``), an MSSM kernel's ``DiagonalSystem`` instead.
     Inside ``generated_together`` the kernels are taken from its generations."""
     generated = _GENERATED.get()
     results = {}
@@ -136,7 +147,7 @@ def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | Diagona
         if taken is not None:
             results[id(kernel)] = taken
     missing = [kernel for kernel in kernels if id(kernel) not in results]
-    if _chunked(missing, L):
+    if _chunked(missing, L, batch):
         results.update((id(k), k.chunkable_system(L) if type(k) is MSSMKernel else k(L)) for k in missing)
     elif missing:
         for group in generation_groups(missing, L):
@@ -145,15 +156,16 @@ def layer_kernels(kernels: list, L: int) -> list[tuple[Tensor, Tensor] | Diagona
 
 
 @contextlib.contextmanager
-def generated_together(module: nn.Module, L: int) -> Iterator[None]:
+def generated_together(module: nn.Module, L: int, batch: int = 1) -> Iterator[None]:
     """While open, ``layer_kernels`` gives the MSSM kernels inside ``module`` (every layer of an encoder, both
     directions, all stages) at length ``L`` from batched generations (``generation_groups``: one per configuration on
     a GPU; on a CPU, groups of consecutive layers' kernels of at most ``GENERATION_BYTES``), with autograd: a few
-    generations per forward pass, not one per layer. Each generation runs when its first kernel is needed (so that one
+    generations per forward pass, not one per layer (none where ``batch`` sequences of length ``L`` are convolved chunk
+    by chunk). Each generation runs when its first kernel is needed (so that one
     generation's kernels are held at a time, not the whole encoder's); each kernel's result is given once."""
     kernels = [m for m in module.modules() if type(m) is MSSMKernel]
     held = dict(_GENERATED.get())  # a new dict: the default and an enclosing context's stay as they are
-    if kernels and not _chunked(kernels, L) and (kernels[0].training or torch.is_grad_enabled()):
+    if kernels and not _chunked(kernels, L, batch) and (kernels[0].training or torch.is_grad_enabled()):
         for group in generation_groups(kernels, L):  # groups of one too: no layer then regenerates its other kernels
             generation = _Generation(group, L)
             held.update((id(k), (k, generation)) for k in group)

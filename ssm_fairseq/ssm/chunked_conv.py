@@ -39,13 +39,17 @@ class DiagonalSystem(NamedTuple):
     D: Tensor
 
 
-def chunk_length(L: int) -> int:
-    """``T`` for a length-``L`` convolution: the power of two nearest ``sqrt(L) / 2``, from 8 to 64.
+def chunk_length(L: int, batch: int = 1) -> int:
+    """``T`` for a length-``L`` convolution of ``batch`` sequences: the power of two nearest
+    ``max(sqrt(L) / 2, sqrt(batch L) / 3)``, from 8 to 64.
 
-    The Toeplitz products cost ``C T`` per position and the sequential recurrence ``L / T`` steps; for 1024 channels
-    on a 2-core CPU, forward + backward, 32 was fastest at 4k positions (203 ms against 228 for 64), 64 at 16k (836 ms
-    against 1129 for 32 and 1812 for 16)."""
-    return 1 << min(6, max(3, round(math.log2(L) / 2 - 1)))
+    The Toeplitz products cost ``C T`` per position and the sequential recurrence ``L / T`` steps, each over the whole
+    batch; for 1024 channels on a 2-core CPU, forward + backward, batch 1, 32 was fastest at 4k positions (203 ms
+    against 228 for 64), 64 at 16k (836 ms against 1129 for 32 and 1812 for 16); in a width-512 MSSM layer at batches of
+    2,000 positions 16, at 10,000 positions (``fairseq-train --max-tokens 40000`` after 4x sub-sampling) 32
+    (``scripts/benchmarks/chunked_conv.py --layer``)."""
+    target = max(math.sqrt(L) / 2, math.sqrt(batch * L) / 3)
+    return 1 << min(6, max(3, round(math.log2(target))))
 
 
 def diagonal_powers(dA: Tensor, count: int) -> Tensor:
@@ -113,7 +117,7 @@ def chunked_diagonal_conv(
         padding_mask: ``B x L``, True at padded positions: zeroed on input and output, as in ``fft_conv``.
         reverse: anti-causal, ``y_k = sum_(j>=k) K_(j-k) u_j``: the Toeplitz matrices transposed, the states
             carried from the last chunk to the first (nothing is flipped).
-        chunk: ``T`` (default ``chunk_length(L)``).
+        chunk: ``T`` (default ``chunk_length(L, B)``).
     Returns:
         ``B x C x H x L`` in the dtype of ``u``; computed in float32 (float64 for float64 inputs), also under autocast.
     """
@@ -123,7 +127,7 @@ def chunked_diagonal_conv(
                          f"{tuple(dB.shape)}, {tuple(dC.shape)}")
     B, H, L = u.shape
     C, N = dC.shape[0], dA.shape[1]
-    T = min(chunk or chunk_length(L), L)
+    T = min(chunk or chunk_length(L, B), L)
     chunks = -(-L // T)
     with torch.autocast(device_type=u.device.type, enabled=False):
         x = masked_input(u, padding_mask)

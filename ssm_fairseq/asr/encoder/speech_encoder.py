@@ -82,7 +82,7 @@ class SpeechEncoder(nn.Module):
             x = x + sinusoidal_positions(x.shape[1], x.shape[2], x.device).to(x.dtype)
         x = self.dropout(x)
         intermediate = []
-        with generated_together(self.layers, x.shape[1]):  # all layers' MSSM kernels in one call where batched
+        with generated_together(self.layers, x.shape[1], x.shape[0]):  # all layers' MSSM kernels in one call, batched
             for i, layer in enumerate(self.layers, start=1):
                 x = layer(x, padding_mask)
                 if self.intermediate_every and i % self.intermediate_every == 0 and i < len(self.layers):

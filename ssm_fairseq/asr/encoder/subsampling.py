@@ -124,7 +124,7 @@ class MultiScaleSubsampler(nn.Module):
         x = self.in_proj(features)
         for layers in self.scales:
             mask = lengths_to_padding_mask(lengths, x.shape[1])
-            with generated_together(layers, x.shape[1]):  # the scale's MSSM kernels in one call where batched
+            with generated_together(layers, x.shape[1], x.shape[0]):  # the scale's MSSM kernels in one call, batched
                 for layer in layers:
                     x = layer(x, mask)
             x, lengths = time_reduction(x, lengths, 2)

@@ -37,7 +37,7 @@ class BidirectionalSSM(nn.Module):
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """``x``: ``B x L x D``; ``padding_mask``: ``B x L``, True at padded frames."""
         stages = len(self.forward_ssm.kernels)
-        kernels = layer_kernels([*self.forward_ssm.kernels, *self.backward_ssm.kernels], x.shape[1])
+        kernels = layer_kernels([*self.forward_ssm.kernels, *self.backward_ssm.kernels], x.shape[1], x.shape[0])
         forward_kernels, backward_kernels = kernels[:stages], kernels[stages:]
         if self.forward_ssm.recomputes(x.shape[1]) or any(isinstance(k, DiagonalSystem) for k in kernels):
             y = torch.cat([self.forward_ssm(x, padding_mask, forward_kernels),

@@ -146,7 +146,7 @@ class MultiHeadSSM(nn.Module):
         """
         L = x.shape[1]
         if kernels is None:
-            kernels = layer_kernels(list(self.kernels), L)
+            kernels = layer_kernels(list(self.kernels), L, x.shape[0])
         x = self.projected(x.transpose(1, 2))
         for i, kernel in enumerate(kernels):
             if self.recomputes(L):
