@@ -115,7 +115,7 @@ def test_mssm_stages_keep_only_their_inputs(monkeypatch, chunked):
     from ssm_fairseq.ssm import batched_kernels
 
     monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)
-    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_LENGTH", 1 if chunked else 10 ** 9)
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1 if chunked else 10 ** 9)
 
     torch.manual_seed(0)
     block = BidirectionalSSM(16, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.1).train()

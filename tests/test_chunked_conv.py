@@ -103,7 +103,8 @@ def test_powers_keep_sign_and_stay_normal():
 def test_chunk_lengths():
     assert [chunk_length(L) for L in (1, 250, 1024, 4096, 16384, 10 ** 6)] == [8, 8, 16, 32, 64, 64]
     # batches: a fairseq-train batch of 10,000 positions (26 x 375, 200 x 50) at 32, 2,000 positions at 16
-    assert [chunk_length(L, B) for L, B in ((375, 26), (50, 200), (250, 8), (1000, 2), (4096, 64))] == [32, 32, 16, 16, 64]
+    batches = ((375, 26), (50, 200), (250, 8), (1000, 2), (4096, 64))
+    assert [chunk_length(L, B) for L, B in batches] == [32, 32, 16, 16, 64]
 
 
 def test_bad_system():

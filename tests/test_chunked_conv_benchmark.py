@@ -15,7 +15,6 @@ def test_the_layer_runs_its_convolutions_the_way_asked(way, monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPT_DIR))
     # the measurement sets these module globals for its own process: restored after the test
     monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", batched_kernels.CHUNKED_MIN_POSITIONS)
-    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_LENGTH", batched_kernels.CHUNKED_MIN_LENGTH)
     monkeypatch.setattr(chunked_conv, "chunk_length", chunked_conv.chunk_length)
     import chunked_conv as script  # scripts/benchmarks/chunked_conv.py
 

@@ -224,22 +224,21 @@ def test_zero_ssm_heads_is_refused_by_name():
         MSSMKernel(16, 4, heads=0)
 
 
-def test_chunk_by_chunk_in_inference_from_a_batch_of_chunked_min_positions():
-    """On a CPU, without autograd, the choice counts a batch's positions (sequences x padded length): a decoding
-    batch of short utterances is convolved chunk by chunk, one short utterance by FFT. With autograd (training) only
-    a sequence's own length counts."""
+def test_chunk_by_chunk_from_a_batch_of_chunked_min_positions():
+    """On a CPU the choice counts a batch's positions (sequences x padded length), in training and in inference: a
+    fairseq batch of short utterances is convolved chunk by chunk, one short utterance by FFT."""
     from ssm_fairseq.ssm import batched_kernels
     from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
 
     kernels = [MSSMKernel(8, 4, heads=2)]
-    positions, length = batched_kernels.CHUNKED_MIN_POSITIONS, batched_kernels.CHUNKED_MIN_LENGTH
-    for L, batch, in_inference, in_training in ((positions - 1, 1, False, False), (positions // 8, 8, True, False),
-                                                (positions // 8, 7, False, False), (length, 1, True, True)):
+    positions = batched_kernels.CHUNKED_MIN_POSITIONS
+    for L, batch, chunked in ((positions - 1, 1, False), (positions, 1, True), (positions // 8, 8, True),
+                              (positions // 8, 7, False)):
+        (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
+        assert isinstance(kernel, DiagonalSystem) == chunked, (L, batch)
         with torch.no_grad():
             (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
-        assert isinstance(kernel, DiagonalSystem) == in_inference, (L, batch)
-        (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
-        assert isinstance(kernel, DiagonalSystem) == in_training, (L, batch)
+        assert isinstance(kernel, DiagonalSystem) == chunked, (L, batch)
 
 
 def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernels(monkeypatch):
@@ -251,7 +250,7 @@ def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernel
     from ssm_fairseq.ssm import batched_kernels
     from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
 
-    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_LENGTH", 1)
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
     monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)
 
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ One MSSM kernel of ``--channels`` channels (8 heads, ``D_sh`` 32, ``C = 2`` outp
 batch 1, forward + backward of the convolution including what each way needs of the kernel:
 
 * ``FFT``: the kernel generated at length ``L`` (``real_vandermonde``) and ``fft_conv`` (what an MSSM block runs on a
-  GPU, and on a CPU below ``batched_kernels.CHUNKED_MIN_LENGTH``);
+  GPU, and on a CPU below ``batched_kernels.CHUNKED_MIN_POSITIONS``);
 * ``chunked (T)``: ``chunked_diagonal_conv`` of the discrete system, chunks of ``T`` positions (``chunk_length(L)`` by
   default, ``--chunk-lengths`` to compare others).
 
@@ -15,9 +15,8 @@ The input is ``B x D x L`` contiguous, as the MSSM block's channels-first stages
 ``--layer`` measures instead one ``mssm_transducer`` encoder layer (width 512, both directions, two stages, as
 ``encoders.architecture_encoder`` builds it) on batches of ``--positions`` positions (sequences x length) at each
 length, inference (no autograd, eval mode) and training (forward + backward), with the convolution forced each way
-(``batched_kernels.CHUNKED_MIN_LENGTH`` and ``CHUNKED_MIN_POSITIONS``): what sets the inference threshold, at the
-batches ``fairseq-train`` forms (``--max-tokens 40000`` feature frames are about 10,000 positions after 4x
-sub-sampling).
+(``batched_kernels.CHUNKED_MIN_POSITIONS``): what sets that threshold, at the batches ``fairseq-train`` forms
+(``--max-tokens 40000`` feature frames are about 10,000 positions after 4x sub-sampling).
 
     python scripts/benchmarks/chunked_conv.py [--lengths 256 1024 4096 16384] [--chunk-lengths 16 32 64] [--device cuda]
     python scripts/benchmarks/chunked_conv.py --layer --positions 400 2000 10000 --lengths 50 100 250 500 1000
@@ -58,8 +57,7 @@ def measure_layer(args: argparse.Namespace) -> dict:
     """One ``mssm_transducer`` encoder layer on ``args.batch`` sequences of ``args.length`` (the last one 10%
     padding), its convolutions ``args.way``, ``args.mode`` (``train``: forward + backward; ``infer``)."""
     torch.manual_seed(0)
-    threshold = 0 if args.way == "chunked" else 2**62  # positions per sequence (autograd) and per batch
-    batched_kernels.CHUNKED_MIN_LENGTH = batched_kernels.CHUNKED_MIN_POSITIONS = threshold
+    batched_kernels.CHUNKED_MIN_POSITIONS = 0 if args.way == "chunked" else 2**62
     if args.chunk:
         chunked_conv.chunk_length = lambda L, batch=1: args.chunk
     layer = architecture_encoder("mssm_transducer", 4 * args.length).layers[0].to(args.device)

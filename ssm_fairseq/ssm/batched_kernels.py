@@ -20,10 +20,9 @@ Vandermonde products) grow with the kernels batched, and batching the whole ``ms
 So on a CPU consecutive layers' kernels are generated in groups of at most ``GENERATION_BYTES`` (``generation_groups``),
 each when its first kernel is needed and freed once its layers have taken their kernels: two generations for the
 encoder at 2 s, eight at 10 s, where the training step's peak memory is 13% above one kernel at a time. On CPU
-(``CHUNKED_DEVICES``), from ``CHUNKED_MIN_LENGTH`` positions, and without autograd from ``CHUNKED_MIN_POSITIONS``
-positions in a batch (its sequences times their padded length), an MSSM kernel is not generated at all:
-``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs chunk by chunk in matrix products
-(``chunked_conv.py``).
+(``CHUNKED_DEVICES``), from ``CHUNKED_MIN_POSITIONS`` positions in a batch (its sequences times their padded length),
+an MSSM kernel is not generated at all: ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs
+chunk by chunk in matrix products (``chunked_conv.py``).
 """
 from __future__ import annotations
 
@@ -55,14 +54,10 @@ GENERATION_BYTES = 8 * 2**20
 # batch 1: on a 2-core CPU, FFT 22 / 55 / 591 / 2503 ms at 256 / 1k / 4k / 16k positions, chunk by chunk 29 / 60 / 269
 # / 986; on an NVIDIA H200 the FFT is 1.4-4x faster at 4k-64k (4.6 against 17.4 ms at 4k), though twice as large
 CHUNKED_DEVICES = ("cpu",)
-# with autograd, the shortest sequence convolved chunk by chunk (from the figures above). A width-512 MSSM layer's
-# training step is also faster chunk by chunk at the batches fairseq-train forms (1.4-1.6x at 10,000 positions), but
-# the mssm_transducer encoder's then holds about a third more memory (2220 -> 2909 MiB at 4 x 15 s; 26 x 15 s
-# outgrew this machine's 24 GB) and recomputing its stages to save it costs more time than the chunks gain
-CHUNKED_MIN_LENGTH = 2048
-# without autograd (decoding, validation), the fewest positions of a batch (sequences times padded length) convolved
-# chunk by chunk: a width-512 MSSM layer on a 2-core CPU is faster that way from about 2,000 (at any length from 50 to
-# 2,000 frames), about as fast at 1,000 and slower at 400 (``chunked_conv.py --layer``, docs/benchmarks.md)
+# the fewest positions of a batch (sequences times padded length) convolved chunk by chunk: a width-512 MSSM layer on
+# a 2-core CPU is faster that way from about 2,000, in training and inference, at any length from 50 to 2,000 frames
+# (one sequence of 2,000 as well as 200 of 50), about as fast at 1,000 and slower at 400 (``chunked_conv.py
+# --layer``, docs/benchmarks.md)
 CHUNKED_MIN_POSITIONS = 2000
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
@@ -105,9 +100,7 @@ def can_batch(kernels: list) -> bool:
 
 
 def _chunked(kernels: list, L: int, batch: int) -> bool:
-    if not kernels or kernels[0].D.device.type not in CHUNKED_DEVICES:
-        return False
-    return L >= CHUNKED_MIN_LENGTH or (not torch.is_grad_enabled() and batch * L >= CHUNKED_MIN_POSITIONS)
+    return bool(kernels) and kernels[0].D.device.type in CHUNKED_DEVICES and batch * L >= CHUNKED_MIN_POSITIONS
 
 
 def generation_groups(kernels: list, L: int) -> list[list]:
@@ -136,8 +129,8 @@ def generation_groups(kernels: list, L: int) -> list[list]:
 def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
     """What ``convolve`` needs of each of ``kernels`` for ``batch`` sequences of length ``L``: ``kernel(L)``, those of
     one configuration in one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of
-    kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_LENGTH`` positions (without autograd:
-    from ``CHUNKED_MIN_POSITIONS`` positions ``batch x L``), an MSSM kernel's ``DiagonalSystem`` instead.
+    kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_POSITIONS`` positions (``batch x L``), an
+    MSSM kernel's ``DiagonalSystem`` instead.
     Inside ``generated_together`` the kernels are taken from its generations."""
     generated = _GENERATED.get()
     results = {}

@@ -13,7 +13,8 @@ batch per channel); only the recurrence between chunks (``L / T`` steps on ``B x
 sequence. Per position and channel this costs ``C T + N + C N`` multiply-adds, about an FFT convolution's
 operation count, but as dense matrix products, which a CPU runs several times faster than FFTs of length ``2L``;
 nothing of length ``L`` is built but the input's and the output's copies (no ``L`` kernel taps, no spectra), and
-autograd differentiates it as it stands.
+autograd differentiates it as it stands, except that the states between chunks are computed again in the backward
+pass rather than kept (``_carried``).
 
 The result equals ``fft_conv(u, real_vandermonde(dC dB, dA, L), D)`` (tested, with padding, both directions and
 gradients). Powers of ``dA`` below ``tiny ** (1/3)`` of the dtype are held at that number, as in
@@ -26,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .fft_conv import check_input, masked_input, masked_output
 
@@ -103,6 +105,21 @@ class _StatesBeforeChunks(torch.autograd.Function):
         return grad_contributions, grad_decay.sum(1, keepdim=True), None
 
 
+def _states_before_chunks(rows: Tensor, into_state: Tensor, decay: Tensor, batch: int, reverse: bool) -> Tensor:
+    """The state each chunk starts from, ``H x (B chunks) x N``, from the chunks' inputs ``rows`` (``H x (B chunks) x
+    T``), ``into_state`` (``H x T x N``) and ``decay`` (``dA^T``, ``H x 1 x N``)."""
+    H, rows_count, _ = rows.shape
+    contributions = (rows @ into_state).view(H, batch, rows_count // batch, -1)
+    return _StatesBeforeChunks.apply(contributions, decay, reverse).view(H, rows_count, -1)
+
+
+def _carried(rows: Tensor, into_state: Tensor, decay: Tensor, from_state: Tensor, batch: int, reverse: bool) -> Tensor:
+    """What the states carried between chunks add to the outputs, ``H x (B chunks) x (C T)`` (``from_state``: ``H x N
+    x C T``). With autograd it runs again in the backward pass (``checkpoint``), so that the states are not kept: with
+    ``N`` = 32 and chunks of 32 they are as large as the input."""
+    return _states_before_chunks(rows, into_state, decay, batch, reverse) @ from_state
+
+
 def chunked_diagonal_conv(
     u: Tensor, dA: Tensor, dB: Tensor, dC: Tensor, D: Tensor | None = None, padding_mask: Tensor | None = None,
     reverse: bool = False, chunk: int | None = None,
@@ -154,11 +171,13 @@ def chunked_diagonal_conv(
         # a chunk starts from reaches its output j through dC dA^(j+1) (dC dA^(T-j) backwards)
         into_state = powers[..., :T] if reverse else powers[..., :T].flip(-1)
         into_state = (into_state * dB.unsqueeze(-1)).transpose(1, 2)  # H x T x N
-        contributions = (rows @ into_state).view(H, B, chunks, N)
-        states = _StatesBeforeChunks.apply(contributions, powers[:, None, :, T], reverse)  # H x B x chunks x N
         from_state = powers[..., 1:].flip(-1) if reverse else powers[..., 1:]  # H x N x T
         from_state = (dC.transpose(0, 1).unsqueeze(-1) * from_state.unsqueeze(1)).transpose(1, 2)  # H x N x C x T
-        y = y.baddbmm_(states.view(H, B * chunks, N), from_state.reshape(H, N, C * T))
+        carried = (rows, into_state, powers[:, None, :, T])
+        if torch.is_grad_enabled():  # the states computed again in the backward pass, not kept
+            y = y.add_(checkpoint(_carried, *carried, from_state.reshape(H, N, C * T), B, reverse, use_reentrant=False))
+        else:
+            y = y.baddbmm_(_states_before_chunks(*carried, B, reverse), from_state.reshape(H, N, C * T))
 
         y = y.view(H, B, chunks, C, T).permute(1, 3, 0, 2, 4).reshape(B, C, H, chunks * T)[..., :L]
         return masked_output(y, padding_mask, u.dtype)
