@@ -123,3 +123,20 @@ def test_channel_last_input_gives_the_same_output(reverse):
     channel_last = u.transpose(1, 2).contiguous().transpose(1, 2)
     torch.testing.assert_close(chunked_diagonal_conv(channel_last, dA, dB, dC, D, reverse=reverse, chunk=8),
                                chunked_diagonal_conv(u, dA, dB, dC, D, reverse=reverse, chunk=8))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_training_keeps_no_states_between_chunks_and_gradients_stay_exact(reverse):
+    """With autograd the ``H x B x chunks x N`` states are computed again in the backward pass, not kept for it; the
+    gradients equal those of the FFT convolution of the same kernel."""
+    dA, dB, dC, D = (t.requires_grad_() for t in _system(H=5, N=6))
+    u = torch.randn(3, 5, 40, dtype=torch.float64, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        y = chunked_diagonal_conv(u, dA, dB, dC, D, reverse=reverse, chunk=8)  # 5 chunks
+    assert saved and (5, 3, 5, 6) not in saved and (5, 15, 6) not in saved, saved
+    grads = torch.autograd.grad(y.square().sum(), [u, dA, dB, dC, D])
+    K = real_vandermonde(dC * dB, dA, 40)
+    expected = fft_conv(u, K, D, reverse=reverse)
+    for a, b in zip(grads, torch.autograd.grad(expected.square().sum(), [u, dA, dB, dC, D])):
+        torch.testing.assert_close(a, b)
