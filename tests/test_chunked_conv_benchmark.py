@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ssm_fairseq.layers.state_space import multihead_ssm
 from ssm_fairseq.ssm import batched_kernels, chunked_conv
 
 SCRIPT_DIR = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks"
@@ -19,8 +20,8 @@ def test_the_layer_runs_its_convolutions_the_way_asked(way, monkeypatch):
     import chunked_conv as script  # scripts/benchmarks/chunked_conv.py
 
     calls = {"chunked": 0}
-    inner = batched_kernels.chunked_diagonal_conv
-    monkeypatch.setattr(batched_kernels, "chunked_diagonal_conv",
+    inner = multihead_ssm.convolve_chunks
+    monkeypatch.setattr(multihead_ssm, "convolve_chunks",
                         lambda *a, **k: calls.__setitem__("chunked", calls["chunked"] + 1) or inner(*a, **k))
     for mode in ("train", "infer"):
         calls["chunked"] = 0

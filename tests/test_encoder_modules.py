@@ -228,43 +228,44 @@ def test_chunk_by_chunk_from_a_batch_of_chunked_min_positions():
     """On a CPU the choice counts a batch's positions (sequences x padded length), in training and in inference: a
     fairseq batch of short utterances is convolved chunk by chunk, one short utterance by FFT."""
     from ssm_fairseq.ssm import batched_kernels
-    from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
+    from ssm_fairseq.ssm.batched_kernels import ChunkedKernel
 
     kernels = [MSSMKernel(8, 4, heads=2)]
     positions = batched_kernels.CHUNKED_MIN_POSITIONS
     for L, batch, chunked in ((positions - 1, 1, False), (positions, 1, True), (positions // 8, 8, True),
                               (positions // 8, 7, False)):
         (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
-        assert isinstance(kernel, DiagonalSystem) == chunked, (L, batch)
+        assert isinstance(kernel, ChunkedKernel) == chunked, (L, batch)
         with torch.no_grad():
             (kernel,) = batched_kernels.layer_kernels(kernels, L, batch)
-        assert isinstance(kernel, DiagonalSystem) == chunked, (L, batch)
+        assert isinstance(kernel, ChunkedKernel) == chunked, (L, batch)
 
 
 def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernels(monkeypatch):
-    """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), each stage
-    recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT convolutions, padding
-    included (here from the shortest length)."""
+    """On CPU long sequences' MSSM kernels are convolved from their diagonal systems (ssm/chunked_conv.py), channels
+    first, each stage recomputed in the backward pass: outputs and gradients equal the generated kernels' FFT
+    convolutions at every real frame, with padding (here from the shortest length)."""
     from ssm_fairseq.layers import recompute
     from ssm_fairseq.layers.state_space import multihead_ssm
     from ssm_fairseq.ssm import batched_kernels
-    from ssm_fairseq.ssm.chunked_conv import DiagonalSystem
+    from ssm_fairseq.ssm.batched_kernels import ChunkedKernel
 
     monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
     monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", 1)
 
     torch.manual_seed(0)
-    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.2).double().train()
+    # no dropout: its draws follow the layout (channels first when chunked), so that the two paths cannot share masks
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.0).double().train()
     x = torch.randn(2, 37, 8, dtype=torch.float64, requires_grad=True)
     padding_mask = torch.zeros(2, 37, dtype=torch.bool)
     padding_mask[1, 20:] = True
+    x.data[1, 20:] = 1e3  # garbage in the padding must not reach real frames
 
     def output_and_grads():
-        torch.manual_seed(1)  # the same dropout masks on both paths
-        y = block(x, padding_mask)
+        y = block(x, padding_mask)[~padding_mask]  # padded frames' outputs are read by nothing
         return [y, *torch.autograd.grad(y.square().sum(), [x, *block.parameters()])]
 
-    assert all(isinstance(k, DiagonalSystem) for k in batched_kernels.layer_kernels(list(block.forward_ssm.kernels), 37))
+    assert all(isinstance(k, ChunkedKernel) for k in batched_kernels.layer_kernels(list(block.forward_ssm.kernels), 37))
     checkpointed = []
     monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant, inner=recompute.checkpoint:
                         checkpointed.append(fn) or inner(fn, *args, use_reentrant=use_reentrant))
@@ -274,3 +275,79 @@ def test_block_convolved_chunk_by_chunk_equals_the_fft_convolution_of_its_kernel
     monkeypatch.setattr(recompute, "checkpoint", lambda fn, *args, use_reentrant: fn(*args))
     for a, b in zip(chunked, output_and_grads()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def _with_padding(module, x, padding_mask, grad: bool):
+    """``module(x, padding_mask)`` at the real frames, and with ``grad`` the gradients of their squares' sum."""
+    if not grad:
+        with torch.no_grad():
+            return [module(x, padding_mask)[~padding_mask]]
+    y = module(x, padding_mask)[~padding_mask]
+    return [y, *torch.autograd.grad(y.square().sum(), [x, *module.parameters()])]
+
+
+@pytest.mark.parametrize("module, training", [
+    ("bidirectional", True), ("bidirectional", False), ("bidirectional one head", True),
+    ("causal with output Linear", True), ("causal with output Linear", False), ("causal one head glu", True),
+    ("causal gelu", False),
+])
+def test_stacks_convolved_chunk_by_chunk_equal_the_fft_convolution(module, training, monkeypatch):
+    """The channels-first chunked path of a stack (projection, stages, Linears, output Linear) and of a block equals
+    the FFT path at every real frame, in training (gradients included, stages not recomputed) and in inference
+    (where each output is written in place by its products and the chunk matrices are kept)."""
+    from ssm_fairseq.ssm import batched_kernels
+
+    torch.manual_seed(0)
+    builds = {
+        "bidirectional": lambda: BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4),
+        "bidirectional one head": lambda: BidirectionalSSM(8, heads=1, stack=2, gating="glu", state_size=4),
+        "causal with output Linear": lambda: MultiHeadSSM(8, heads=2, stack=3, gating="ihg", state_size=4),
+        "causal one head glu": lambda: MultiHeadSSM(8, heads=1, stack=2, gating="glu", state_size=4),
+        "causal gelu": lambda: MultiHeadSSM(8, heads=4, stack=1, gating="gelu", state_size=4),
+    }
+    block = builds[module]().double().train(training)
+    x = torch.randn(3, 29, 8, dtype=torch.float64, requires_grad=training)
+    padding_mask = torch.zeros(3, 29, dtype=torch.bool)
+    padding_mask[1, 20:] = padding_mask[2, 5:] = True
+    x.data[padding_mask] = 1e3  # garbage in the padding must not reach real frames
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
+    chunked = _with_padding(block, x, padding_mask, training)
+    if not training:  # the kept chunk matrices give the same outputs again
+        torch.testing.assert_close(_with_padding(block, x, padding_mask, False)[0], chunked[0], rtol=0, atol=0)
+    monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
+    for a, b in zip(chunked, _with_padding(block, x, padding_mask, training)):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_chunked_stages_recomputed_draw_the_same_dropout_masks(monkeypatch):
+    """With dropout, a chunked block whose stages are recomputed in the backward pass gives the outputs and gradients
+    of the same block keeping its stages (the recomputation repeats the draws)."""
+    from ssm_fairseq.layers.state_space import multihead_ssm
+    from ssm_fairseq.ssm import batched_kernels
+
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
+    torch.manual_seed(0)
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4, dropout=0.3).double().train()
+    x = torch.randn(2, 21, 8, dtype=torch.float64, requires_grad=True)
+    padding_mask = torch.zeros(2, 21, dtype=torch.bool)
+    padding_mask[0, 15:] = True
+    results = []
+    for recompute_from in (1, 10**9):
+        monkeypatch.setattr(multihead_ssm, "RECOMPUTE_MIN_LENGTH", recompute_from)
+        torch.manual_seed(1)
+        results.append(_with_padding(block, x, padding_mask, True))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_kept_chunk_matrices_follow_the_parameters():
+    """In inference a kernel's chunk matrices are computed once and reused, and computed again after a parameter
+    changes (an optimiser step) or for another chunk length."""
+    kernel = MSSMKernel(8, 4, out_channels=2, heads=2).double().eval()
+    with torch.no_grad():
+        first = kernel.chunk_matrices(32, 8, False, torch.float64)
+        assert kernel.chunk_matrices(32, 8, False, torch.float64) is first
+        assert kernel.chunk_matrices(32, 4, False, torch.float64) is not first
+        kernel.z_dt.add_(0.1)
+        again = kernel.chunk_matrices(32, 8, False, torch.float64)
+    assert again is not first and not torch.equal(again.decay, first.decay)

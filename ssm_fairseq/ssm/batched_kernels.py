@@ -21,7 +21,7 @@ So on a CPU consecutive layers' kernels are generated in groups of at most ``GEN
 each when its first kernel is needed and freed once its layers have taken their kernels: two generations for the
 encoder at 2 s, eight at 10 s, where the training step's peak memory is 13% above one kernel at a time. On CPU
 (``CHUNKED_DEVICES``), from ``CHUNKED_MIN_POSITIONS`` positions in a batch (its sequences times their padded length),
-an MSSM kernel is not generated at all: ``layer_kernels`` gives its discrete diagonal system, which ``convolve`` runs
+an MSSM kernel is not generated at all: ``layer_kernels`` gives it as a ``ChunkedKernel``, which the layers convolve
 chunk by chunk in matrix products (``chunked_conv.py``).
 """
 from __future__ import annotations
@@ -29,14 +29,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from .chunked_conv import DiagonalSystem, chunked_diagonal_conv
-from .fft_conv import fft_conv
+from .chunked_conv import default_chunk
 from .mssm_kernel import MSSMKernel
 
 # devices on which a generation holds every kernel of a configuration however many (where launching an operation
@@ -61,6 +60,14 @@ CHUNKED_DEVICES = ("cpu",)
 CHUNKED_MIN_POSITIONS = 2000
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
+
+
+class ChunkedKernel(NamedTuple):
+    """An MSSM kernel to be convolved chunk by chunk (``chunked_conv.convolve_chunks``) in chunks of ``chunk``
+    positions, from its ``chunk_matrices`` (kept in inference), instead of being generated."""
+
+    kernel: MSSMKernel
+    chunk: int
 
 
 class _Generation:
@@ -126,11 +133,11 @@ def generation_groups(kernels: list, L: int) -> list[list]:
     return groups
 
 
-def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, Tensor] | DiagonalSystem]:
+def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, Tensor] | ChunkedKernel]:
     """What ``convolve`` needs of each of ``kernels`` for ``batch`` sequences of length ``L``: ``kernel(L)``, those of
     one configuration in one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of
     kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_POSITIONS`` positions (``batch x L``), an
-    MSSM kernel's ``DiagonalSystem`` instead.
+    MSSM kernel as a ``ChunkedKernel`` instead.
     Inside ``generated_together`` the kernels are taken from its generations."""
     generated = _GENERATED.get()
     results = {}
@@ -141,7 +148,8 @@ def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, T
             results[id(kernel)] = taken
     missing = [kernel for kernel in kernels if id(kernel) not in results]
     if _chunked(missing, L, batch):
-        results.update((id(k), k.chunkable_system(L) if type(k) is MSSMKernel else k(L)) for k in missing)
+        chunk = default_chunk(L, batch)
+        results.update((id(k), ChunkedKernel(k, chunk) if type(k) is MSSMKernel else k(L)) for k in missing)
     elif missing:
         for group in generation_groups(missing, L):
             results.update((id(k), generated) for k, generated in zip(group, batched_kernels(group, L)))
@@ -167,16 +175,6 @@ def generated_together(module: nn.Module, L: int, batch: int = 1) -> Iterator[No
         yield
     finally:
         _GENERATED.reset(token)
-
-
-def convolve(u: Tensor, kernel: tuple[Tensor, Tensor] | DiagonalSystem, padding_mask: Tensor | None = None,
-             reverse: bool = False) -> Tensor:
-    """``u`` (``B x H x L``) convolved with one of ``layer_kernels``' results: ``B x C x H x L`` (``fft_conv`` of a
-    ``(K, D)`` kernel, ``chunked_diagonal_conv`` of a ``DiagonalSystem``)."""
-    if isinstance(kernel, DiagonalSystem):
-        return chunked_diagonal_conv(u, *kernel, padding_mask=padding_mask, reverse=reverse)
-    K, D = kernel
-    return fft_conv(u, K, D, padding_mask, reverse=reverse)
 
 
 def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Tensor]]:

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .fft_conv import check_input, masked_input, masked_output
+from .fft_conv import check_input, compute_dtype
 
 
 class DiagonalSystem(NamedTuple):
@@ -52,6 +52,11 @@ def chunk_length(L: int, batch: int = 1) -> int:
     (``scripts/benchmarks/chunked_conv.py --layer``)."""
     target = max(math.sqrt(L) / 2, math.sqrt(batch * L) / 3)
     return 1 << min(6, max(3, round(math.log2(target))))
+
+
+def default_chunk(L: int, batch: int = 1) -> int:
+    """``T`` of a length-``L`` convolution of ``batch`` sequences: ``chunk_length(L, batch)``, at most ``L``."""
+    return min(chunk_length(L, batch), L)
 
 
 def diagonal_powers(dA: Tensor, count: int) -> Tensor:
@@ -82,10 +87,9 @@ class _StatesBeforeChunks(torch.autograd.Function):
         chunks = contributions.shape[2]
         order = list(range(chunks - 1, -1, -1) if reverse else range(chunks))
         states = torch.empty_like(contributions)
-        state = torch.zeros_like(contributions[:, :, 0])
-        for c in order:
-            states[:, :, c] = state
-            state.mul_(decay).add_(contributions[:, :, c])
+        states[:, :, order[0]].zero_()
+        for before, c in zip(order, order[1:]):  # one operator a chunk, written in place
+            torch.addcmul(contributions[:, :, before], states[:, :, before], decay, out=states[:, :, c])
         ctx.save_for_backward(states, decay)
         ctx.order = order
         return states
@@ -95,13 +99,18 @@ class _StatesBeforeChunks(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
         states, decay = ctx.saved_tensors
         order = ctx.order
-        grad_contributions = torch.zeros_like(grad)
+        grad_contributions = torch.empty_like(grad)
+        grad_contributions[:, :, order[-1]].zero_()
         grad_decay = torch.zeros_like(states[:, :, 0])
-        reaching = torch.zeros_like(grad[:, :, 0])  # lambda_(c+1)
+        reaching = None  # lambda_(c+1), held in grad_contributions
         for c, before in zip(order[:0:-1], order[-2::-1]):
-            reaching.mul_(decay).add_(grad[:, :, c])  # lambda_c
-            grad_contributions[:, :, before] = reaching
-            grad_decay.addcmul_(reaching, states[:, :, before])
+            target = grad_contributions[:, :, before]  # lambda_c
+            if reaching is None:
+                target.copy_(grad[:, :, c])
+            else:
+                torch.addcmul(grad[:, :, c], reaching, decay, out=target)
+            grad_decay.addcmul_(target, states[:, :, before])
+            reaching = target
         return grad_contributions, grad_decay.sum(1, keepdim=True), None
 
 
@@ -118,6 +127,44 @@ def _carried(rows: Tensor, into_state: Tensor, decay: Tensor, from_state: Tensor
     x C T``). With autograd it runs again in the backward pass (``checkpoint``), so that the states are not kept: with
     ``N`` = 32 and chunks of 32 they are as large as the input."""
     return _states_before_chunks(rows, into_state, decay, batch, reverse) @ from_state
+
+
+class ChunkMatrices(NamedTuple):
+    """What ``convolve_chunks`` multiplies chunks of ``T`` positions by (``chunk_matrices``): ``toeplitz``: ``H x T x
+    (C T)``, a chunk's inputs to its outputs (the first ``T`` taps, ``D`` added at lag 0); ``into_state``: ``H x T x
+    N``, its inputs to the state it passes on; ``from_state``: ``H x N x (C T)``, the state it starts from to its
+    outputs; ``decay``: ``H x 1 x N``, ``dA^T``."""
+
+    toeplitz: Tensor
+    into_state: Tensor
+    from_state: Tensor
+    decay: Tensor
+
+
+def chunk_matrices(system: DiagonalSystem, T: int, reverse: bool = False,
+                   dtype: torch.dtype | None = None) -> ChunkMatrices:
+    """The matrices of ``system`` for chunks of ``T`` positions, in ``dtype`` (default ``dA``'s): they depend on the
+    parameters only, so that inference keeps them (``DiagonalSSMKernel.chunk_matrices``). ``reverse``: anti-causal,
+    the Toeplitz matrices transposed and the powers into and out of the states reversed."""
+    dA, dB, dC, D = (None if t is None else t.to(dtype or system.dA.dtype) for t in system)
+    H, N = dA.shape
+    C = dC.shape[0]
+    powers = diagonal_powers(dA, T + 1)  # H x N x (T + 1)
+    taps = torch.einsum("chn,hnk->chk", dC * dB, powers[..., :T])  # C x H x T
+    if D is not None:
+        taps = torch.cat([taps[..., :1] + D.unsqueeze(-1), taps[..., 1:]], dim=-1)
+    lag = torch.arange(T, device=dA.device)
+    lag = lag - lag.unsqueeze(1)  # [i, j]: output j's lag behind input i
+    if reverse:
+        lag = -lag
+    toeplitz = (taps[..., lag.clamp_min(0)] * (lag >= 0)).permute(1, 2, 0, 3).reshape(H, T, C * T)
+    # input i of a chunk reaches the state it passes on through dA^(T-1-i) dB (dA^i dB backwards), and the state
+    # a chunk starts from reaches its output j through dC dA^(j+1) (dC dA^(T-j) backwards)
+    into_state = powers[..., :T] if reverse else powers[..., :T].flip(-1)
+    into_state = (into_state * dB.unsqueeze(-1)).transpose(1, 2)  # H x T x N
+    from_state = powers[..., 1:].flip(-1) if reverse else powers[..., 1:]  # H x N x T
+    from_state = (dC.transpose(0, 1).unsqueeze(-1) * from_state.unsqueeze(1)).transpose(1, 2)  # H x N x C x T
+    return ChunkMatrices(toeplitz, into_state, from_state.reshape(H, N, C * T), powers[:, None, :, T])
 
 
 def chunked_diagonal_conv(
@@ -143,41 +190,46 @@ def chunked_diagonal_conv(
         raise ValueError(f"need real dA, dB of shape (H, N) and dC of shape (C, H, N), got {tuple(dA.shape)}, "
                          f"{tuple(dB.shape)}, {tuple(dC.shape)}")
     B, H, L = u.shape
-    C, N = dC.shape[0], dA.shape[1]
-    T = min(chunk or chunk_length(L, B), L)
-    chunks = -(-L // T)
+    T = min(chunk, L) if chunk else default_chunk(L, B)
+    padded = padded_length(L, T)
     with torch.autocast(device_type=u.device.type, enabled=False):
-        x = masked_input(u, padding_mask)
-        dA, dB, dC = dA.to(x.dtype), dB.to(x.dtype), dC.to(x.dtype)
-        if chunks * T != L:
-            x = torch.nn.functional.pad(x, (0, chunks * T - L))
-        # each chunk one row of T inputs: H x (B chunks) x T, a view of a contiguous input with B = 1
-        rows = x.reshape(B, H, chunks, T).transpose(0, 1).reshape(H, B * chunks, T)
-        if 1 not in rows.stride()[1:]:  # from a channel-last input (B x L x H transposed) the matrix
-            rows = rows.contiguous()  # products would copy it matrix by matrix
+        matrices = chunk_matrices(DiagonalSystem(dA, dB, dC, D), T, reverse, compute_dtype(u))
+        rows = torch.zeros(H, B, padded, dtype=matrices.decay.dtype, device=u.device)
+        rows[..., :L] = u.transpose(0, 1)
+        keep = None if padding_mask is None else ~padding_mask
+        if keep is not None:
+            rows[..., :L] *= keep
+        y = convolve_chunks(rows, matrices, reverse)[..., :L]  # C x H x B x L
+        if keep is not None:
+            y = y * keep
+        return y.permute(2, 0, 1, 3).to(u.dtype)
 
-        powers = diagonal_powers(dA, T + 1)  # H x N x (T + 1)
-        taps = torch.einsum("chn,hnk->chk", dC * dB, powers[..., :T])  # C x H x T
-        if D is not None:
-            taps = torch.cat([taps[..., :1] + D.to(x.dtype).unsqueeze(-1), taps[..., 1:]], dim=-1)
-        lag = torch.arange(T, device=u.device)
-        lag = lag - lag.unsqueeze(1)  # [i, j]: output j's lag behind input i
-        if reverse:
-            lag = -lag
-        toeplitz = (taps[..., lag.clamp_min(0)] * (lag >= 0)).permute(1, 2, 0, 3).reshape(H, T, C * T)
-        y = rows @ toeplitz  # H x (B chunks) x (C T)
 
-        # input i of a chunk reaches the state it passes on through dA^(T-1-i) dB (dA^i dB backwards), and the state
-        # a chunk starts from reaches its output j through dC dA^(j+1) (dC dA^(T-j) backwards)
-        into_state = powers[..., :T] if reverse else powers[..., :T].flip(-1)
-        into_state = (into_state * dB.unsqueeze(-1)).transpose(1, 2)  # H x T x N
-        from_state = powers[..., 1:].flip(-1) if reverse else powers[..., 1:]  # H x N x T
-        from_state = (dC.transpose(0, 1).unsqueeze(-1) * from_state.unsqueeze(1)).transpose(1, 2)  # H x N x C x T
-        carried = (rows, into_state, powers[:, None, :, T])
-        if torch.is_grad_enabled():  # the states computed again in the backward pass, not kept
-            y = y.add_(checkpoint(_carried, *carried, from_state.reshape(H, N, C * T), B, reverse, use_reentrant=False))
-        else:
-            y = y.baddbmm_(_states_before_chunks(*carried, B, reverse), from_state.reshape(H, N, C * T))
+def padded_length(L: int, T: int) -> int:
+    """``L`` rounded up to whole chunks of ``T``."""
+    return -(-L // T) * T
 
-        y = y.view(H, B, chunks, C, T).permute(1, 3, 0, 2, 4).reshape(B, C, H, chunks * T)[..., :L]
-        return masked_output(y, padding_mask, u.dtype)
+
+def convolve_chunks(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Tensor:
+    """The chunked convolution of ``H x B x L'`` inputs (``L'`` whole chunks; padded positions already zeroed, in the
+    matrices' dtype) with the system of ``matrices`` (``chunk_matrices``, ``reverse`` as they were built): ``C x H x B x
+    L'``, channels first, as the matrix products give it.
+
+    Without autograd each output ``c`` is written in place by its two products (no copy of the input or the output);
+    with autograd the products give ``H x (B chunks) x (C T)``, copied once into the ``C x H`` layout."""
+    H, B, padded = rows.shape
+    T = matrices.toeplitz.shape[1]
+    C = matrices.toeplitz.shape[2] // T
+    rows = rows.view(H, B * (padded // T), T)  # one chunk a row
+    carried = (rows, matrices.into_state, matrices.decay)
+    if torch.is_grad_enabled():  # the states computed again in the backward pass, not kept
+        y = rows @ matrices.toeplitz
+        y = y.add_(checkpoint(_carried, *carried, matrices.from_state, B, reverse, use_reentrant=False))
+        return y.view(H, B, padded // T, C, T).permute(3, 0, 1, 2, 4).reshape(C, H, B, padded)
+    states = _states_before_chunks(*carried, B, reverse)
+    y = rows.new_empty(C, *rows.shape)
+    toeplitz, from_state = matrices.toeplitz.unflatten(2, (C, T)), matrices.from_state.unflatten(2, (C, T))
+    for c in range(C):
+        torch.bmm(rows, toeplitz[:, :, c], out=y[c])
+        y[c].baddbmm_(states, from_state[:, :, c])
+    return y.view(C, H, B, padded)

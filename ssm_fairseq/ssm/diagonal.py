@@ -10,8 +10,9 @@ import abc
 import torch
 from torch import Tensor
 
-from .chunked_conv import DiagonalSystem
+from .chunked_conv import ChunkMatrices, DiagonalSystem, chunk_matrices
 from .discretization import bilinear_diagonal, zoh_diagonal
+from .inference_cache import kept
 from .kernel import SSMKernel
 from .recurrence import DiagonalRecurrence
 from .structured_products import real_vandermonde, vandermonde
@@ -49,6 +50,19 @@ class DiagonalSSMKernel(SSMKernel):
         with torch.autocast(device_type=self.D.device.type, enabled=False):
             dA, dB, dC = self.discrete_system(L)
             return None if dA.is_complex() else DiagonalSystem(dA, dB, dC, self.real(self.D))
+
+    def chunk_matrices(self, L: int, T: int, reverse: bool, dtype: torch.dtype) -> ChunkMatrices:
+        """``chunked_conv.chunk_matrices`` of ``chunkable_system(L)`` for chunks of ``T`` positions, in ``dtype``; in
+        inference kept until a parameter changes (``inference_cache.kept``: one set, for the last ``T``)."""
+
+        def compute() -> ChunkMatrices:
+            system = self.chunkable_system(L)
+            if system is None:
+                raise ValueError(f"{type(self).__name__} has complex eigenvalues: it cannot be convolved chunk by chunk")
+            with torch.autocast(device_type=self.D.device.type, enabled=False):
+                return chunk_matrices(system, T, reverse, dtype)
+
+        return kept(self, "chunk matrices", list(self.parameters()), compute, (T, reverse, dtype))
 
     def recurrence(self, L: int) -> DiagonalRecurrence:
         self.check_length(L)

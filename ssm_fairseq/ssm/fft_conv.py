@@ -36,7 +36,8 @@ def _check_kernel(u: Tensor, K: Tensor, D: Tensor | None, padding_mask: Tensor |
         raise ValueError(f"padding_mask must have shape ({B}, {L}), got {tuple(padding_mask.shape)}")
 
 
-def _compute_dtype(u: Tensor) -> torch.dtype:
+def compute_dtype(u: Tensor) -> torch.dtype:
+    """The dtype the convolutions of ``u`` compute in: float64 for float64 inputs, float32 otherwise (autocast too)."""
     return torch.float64 if u.dtype == torch.float64 else torch.float32
 
 
@@ -130,7 +131,7 @@ def _taps(K: Tensor, L: int, dtype: torch.dtype, D: Tensor | None = None) -> Ten
 
 def masked_input(u: Tensor, padding_mask: Tensor | None) -> Tensor:
     """``u`` in the compute dtype with its padded positions zeroed."""
-    u = u.to(_compute_dtype(u))
+    u = u.to(compute_dtype(u))
     if padding_mask is not None:
         u = u.masked_fill(padding_mask.unsqueeze(1), 0.0)
     return u

@@ -4,11 +4,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ...ssm.batched_kernels import layer_kernels
-from ...ssm.chunked_conv import DiagonalSystem
+from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
 from ...ssm.fft_conv import fft_size, two_way_fft_conv, two_way_spectrum
 from ...ssm.inference_cache import caching, kept
-from .multihead_ssm import MultiHeadSSM
+from .multihead_ssm import MultiHeadSSM, chunk_layout
 
 # the largest spectrum (both directions of one stage, ``2 x C x D x (n/2 + 1)`` complex) kept between forward passes in
 # inference: 8 MiB keeps a width-512 stage's up to 384 frames (15 s at 40 ms), so that a long utterance does not hold
@@ -39,7 +38,9 @@ class BidirectionalSSM(nn.Module):
         stages = len(self.forward_ssm.kernels)
         kernels = layer_kernels([*self.forward_ssm.kernels, *self.backward_ssm.kernels], x.shape[1], x.shape[0])
         forward_kernels, backward_kernels = kernels[:stages], kernels[stages:]
-        if self.forward_ssm.recomputes(x.shape[1]) or any(isinstance(k, DiagonalSystem) for k in kernels):
+        if all(isinstance(k, ChunkedKernel) for k in kernels):
+            return self._chunked_both_ways(x, padding_mask, forward_kernels, backward_kernels)
+        if self.forward_ssm.recomputes(x.shape[1]):
             y = torch.cat([self.forward_ssm(x, padding_mask, forward_kernels),
                            self.backward_ssm(x, padding_mask, backward_kernels)], dim=-1)
         else:
@@ -74,6 +75,32 @@ class BidirectionalSSM(nn.Module):
                 h = _two_linears(weight, bias, h)
             h = h.view(B, 2 * D, L)
         return h.transpose(1, 2)
+
+    def _chunked_both_ways(self, x: Tensor, padding_mask: Tensor | None, forward_kernels: list,
+                           backward_kernels: list) -> Tensor:
+        """The block convolved chunk by chunk (``MultiHeadSSM.chunked_stages``), channels first from the projections
+        to the output Linear: ``B x L x D`` -> ``B x L x D``.
+
+        Both projections are one product ``W x^T + b`` giving the ``2D x (B L')`` inputs of both directions (``L'``
+        whole chunks), and the output Linear is two products of its halves with the directions' ``D x (B L')``
+        activations, positions first: nothing is transposed, concatenated or masked out of place."""
+        B, L, D = x.shape
+        rows, keep = chunk_layout(x, padding_mask, forward_kernels[0].chunk)
+        if self.forward_ssm.in_proj is None:
+            h = rows.t().contiguous().view(D, B, -1)
+            directions = (h, h.clone())
+        else:
+            weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
+            h = torch.addmm(bias, weight, rows.t()).view(2, D, B, -1)
+            directions = (h[0], h[1])
+        if keep is not None:
+            for h in directions:
+                h.mul_(keep)
+        forward = self.forward_ssm.chunked_stages(directions[0], keep, forward_kernels).view(D, -1)
+        backward = self.backward_ssm.chunked_stages(directions[1], keep, backward_kernels).view(D, -1)
+        weight = self.out_proj.weight
+        y = torch.addmm(self.out_proj.bias, forward.t(), weight[:, :D].t())
+        return y.addmm_(backward.t(), weight[:, D:].t()).view(B, -1, D)[:, :L]
 
     def _in_proj_parameters(self) -> list[Tensor]:
         return [t for ssm in (self.forward_ssm, self.backward_ssm) for t in (ssm.in_proj.weight, ssm.in_proj.bias)]

@@ -30,7 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...ssm import MSSMKernel, S4Kernel
-from ...ssm.batched_kernels import convolve, layer_kernels
+from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
+from ...ssm.chunked_conv import convolve_chunks, padded_length
+from ...ssm.fft_conv import compute_dtype, fft_conv
 from ..dropout import LeanDropout
 from ..recompute import recomputed
 
@@ -50,6 +52,20 @@ def build_kernel(kernel: str, channels: int, out_channels: int, heads: int, stat
             raise ValueError(f"the S4-LegS kernel is single-head, got heads={heads}")
         return S4Kernel(channels, state_size, out_channels, **kwargs)
     raise ValueError(f"kernel must be 'mssm' or 's4', got {kernel!r}")
+
+
+def chunk_layout(x: Tensor, padding_mask: Tensor | None, chunk: int) -> tuple[Tensor, Tensor | None]:
+    """``B x L x D`` inputs as the ``(B L') x D`` rows a chunked stack projects (``L'``: ``L`` rounded up to whole
+    chunks, zero rows appended), and ``B x L'`` weights that zero the padded positions (None where there are none)."""
+    B, L, D = x.shape
+    padded = padded_length(L, chunk)
+    if padded > L:
+        x = F.pad(x, (0, 0, 0, padded - L))
+    if padding_mask is None and padded == L:
+        return x.reshape(B * padded, D), None
+    keep = x.new_zeros(B, padded)
+    keep[:, :L] = 1.0 if padding_mask is None else (~padding_mask).to(x.dtype)
+    return x.reshape(B * padded, D), keep
 
 
 def linear_channels_first(linear: nn.Linear, x: Tensor) -> Tensor:
@@ -110,23 +126,67 @@ class MultiHeadSSM(nn.Module):
         self.dropout = LeanDropout(dropout)
 
     def activate(self, y: Tensor) -> Tensor:
-        """``B x C x D x L`` SSM outputs -> ``B x D x L``."""
+        """``... x C x D x L`` SSM outputs (``B x C x D x L``, or ``C x D x (B L)`` channels first) -> ``... x D x L``."""
         if self.gating == "gelu":
-            return F.gelu(y[:, 0])
+            return F.gelu(y.select(-3, 0))
         # F.glu keeps only its input for the backward pass (a product with a sigmoid would keep both factors)
         if self.gating == "glu":
-            return F.glu(y, dim=1).squeeze(1)
-        B, C, D, L = y.shape
-        y = y.view(B, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
-        return F.glu(y, dim=2).reshape(B, D, L)
+            return F.glu(y, dim=-3).squeeze(-3)
+        *batch, C, D, L = y.shape
+        y = y.view(*batch, C, 2, D // 2, L)  # heads h < H/2 are gated by heads h + H/2
+        return F.glu(y, dim=-3).reshape(*batch, D, L)
 
     def activated(self, y: Tensor) -> Tensor:
-        """``Dropout(Act(y))`` of ``B x C x D x L`` SSM outputs: ``B x D x L``."""
+        """``Dropout(Act(y))`` of ``... x C x D x L`` SSM outputs: ``... x D x L``."""
         return self.dropout(self.activate(y))
 
-    def _stage(self, x: Tensor, kernel, padding_mask: Tensor | None) -> Tensor:
+    def _stage(self, x: Tensor, kernel: tuple[Tensor, Tensor], padding_mask: Tensor | None) -> Tensor:
         """``Dropout(Act(SSM(x)))`` of one stage: ``B x D x L -> B x D x L``."""
-        return self.activated(convolve(x, kernel, padding_mask, reverse=self.reverse))
+        return self.activated(fft_conv(x, *kernel, padding_mask, reverse=self.reverse))
+
+    def _chunked_stage(self, h: Tensor, kernel: ChunkedKernel) -> Tensor:
+        """``Dropout(Act(SSM(h)))`` of one stage convolved chunk by chunk: ``D x B x L'`` (padded positions zeroed) ->
+        ``D x B x L'``."""
+        D, B, padded = h.shape
+        dtype = compute_dtype(h)
+        matrices = kernel.kernel.chunk_matrices(padded, kernel.chunk, self.reverse, dtype)
+        y = convolve_chunks(h.to(dtype), matrices, self.reverse)  # C x D x B x L'
+        return self.activated(y.flatten(2)).view(D, B, padded)
+
+    def chunked_stages(self, h: Tensor, keep: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
+        """The stages on channels-first inputs in whole chunks, convolved chunk by chunk: ``h``: ``D x B x L'`` (this
+        stack's projection applied, padded positions zeroed) -> ``D x B x L'``, the last stage's activations (the
+        output Linear, if kept, is the caller's). The Linears between stages run as ``W h + b`` on the ``D x (B L')``
+        matrix; ``keep`` (``chunk_layout``) zeroes the next stage's padded inputs."""
+        D, B, padded = h.shape
+        for i, kernel in enumerate(kernels):
+            if i:
+                linear = self.linears[i - 1]
+                h = torch.addmm(linear.bias.unsqueeze(-1), linear.weight, h.view(D, -1)).view(D, B, padded)
+                if keep is not None:
+                    h.mul_(keep)
+            if self.recomputes(padded):
+                h = recomputed(self._chunked_stage, h, kernel)  # on a CPU keeps only the stage's input
+            else:
+                h = self._chunked_stage(h, kernel)
+        return h
+
+    def _chunked_forward(self, x: Tensor, padding_mask: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
+        """``forward`` convolved chunk by chunk, channels first from the projection to the output Linear."""
+        B, L, D = x.shape
+        rows, keep = chunk_layout(x, padding_mask, kernels[0].chunk)
+        if self.in_proj is None:
+            h = rows.t().contiguous()
+        else:
+            h = torch.addmm(self.in_proj.bias.unsqueeze(-1), self.in_proj.weight, rows.t())
+        h = h.view(D, B, -1)
+        if keep is not None:
+            h.mul_(keep)
+        h = self.chunked_stages(h, keep, kernels).view(D, -1)
+        if len(self.linears) == len(kernels):  # the output Linear, positions first: B x L' x D
+            last = self.linears[-1]
+            return torch.addmm(last.bias, h.t(), last.weight.t()).view(B, -1, D)[:, :L]
+        return h.t().view(B, -1, D)[:, :L]
 
     def recomputes(self, L: int) -> bool:
         """Whether the stages of a length-``L`` forward pass are recomputed in the backward pass (on a CPU)."""
@@ -147,6 +207,8 @@ class MultiHeadSSM(nn.Module):
         L = x.shape[1]
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L, x.shape[0])
+        if all(isinstance(kernel, ChunkedKernel) for kernel in kernels):
+            return self._chunked_forward(x, padding_mask, kernels)
         x = self.projected(x.transpose(1, 2))
         for i, kernel in enumerate(kernels):
             if self.recomputes(L):
