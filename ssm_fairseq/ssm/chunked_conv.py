@@ -191,18 +191,46 @@ def chunked_diagonal_conv(
                          f"{tuple(dB.shape)}, {tuple(dC.shape)}")
     B, H, L = u.shape
     T = min(chunk, L) if chunk else default_chunk(L, B)
-    padded = padded_length(L, T)
     with torch.autocast(device_type=u.device.type, enabled=False):
         matrices = chunk_matrices(DiagonalSystem(dA, dB, dC, D), T, reverse, compute_dtype(u))
-        rows = torch.zeros(H, B, padded, dtype=matrices.decay.dtype, device=u.device)
-        rows[..., :L] = u.transpose(0, 1)
-        keep = None if padding_mask is None else ~padding_mask
-        if keep is not None:
-            rows[..., :L] *= keep
-        y = convolve_chunks(rows, matrices, reverse)[..., :L]  # C x H x B x L
-        if keep is not None:
-            y = y * keep
-        return y.permute(2, 0, 1, 3).to(u.dtype)
+    return convolve_batch_first(u, matrices, padding_mask, reverse)
+
+
+def convolve_batch_first(u: Tensor, matrices: ChunkMatrices, padding_mask: Tensor | None = None,
+                         reverse: bool = False) -> Tensor:
+    """``chunked_diagonal_conv`` with the system's ``chunk_matrices`` (``reverse`` as they were built), batch first:
+    ``u``: ``B x H x L`` -> ``B x C x H x L`` in ``u``'s dtype; padded positions zeroed on input and output. What a
+    stack convolves with in training, where its stages run batch first as with FFT convolutions (``MultiHeadSSM``):
+    the input is transposed into rows of chunks and the output back, each once, out of place."""
+    check_input(u, matrices.toeplitz.shape[0])
+    B, H, L = u.shape
+    T = matrices.toeplitz.shape[1]
+    C = matrices.toeplitz.shape[2] // T
+    padded = padded_length(L, T)
+    with torch.autocast(device_type=u.device.type, enabled=False):
+        x = u.to(matrices.decay.dtype)
+        if padding_mask is not None:
+            x = x.masked_fill(padding_mask.unsqueeze(1), 0.0)
+        if padded != L:
+            x = torch.nn.functional.pad(x, (0, padded - L))
+        rows = x.transpose(0, 1).reshape(H, B * (padded // T), T)  # H x (B chunks) x T, a view where B = 1
+        if 1 not in rows.stride()[1:]:  # from a channel-last input (B x L x H transposed) the matrix
+            rows = rows.contiguous()  # products would copy it matrix by matrix
+        y = _chunk_products(rows, matrices, B, reverse)  # H x (B chunks) x (C T)
+        y = y.view(H, B, padded // T, C, T).permute(1, 3, 0, 2, 4).reshape(B, C, H, padded)[..., :L]
+        if padding_mask is not None:
+            y = y.masked_fill(padding_mask[:, None, None, :], 0.0)
+        return y.to(u.dtype)
+
+
+def _chunk_products(rows: Tensor, matrices: ChunkMatrices, batch: int, reverse: bool) -> Tensor:
+    """The chunks' outputs ``H x (B chunks) x (C T)`` from their inputs ``rows`` (``H x (B chunks) x T``): the
+    Toeplitz product plus the states carried between chunks (with autograd computed again in the backward pass)."""
+    y = rows @ matrices.toeplitz
+    carried = (rows, matrices.into_state, matrices.decay)
+    if torch.is_grad_enabled():  # the states computed again in the backward pass, not kept
+        return y.add_(checkpoint(_carried, *carried, matrices.from_state, batch, reverse, use_reentrant=False))
+    return y.baddbmm_(_states_before_chunks(*carried, batch, reverse), matrices.from_state)
 
 
 def padded_length(L: int, T: int) -> int:
@@ -212,21 +240,17 @@ def padded_length(L: int, T: int) -> int:
 
 def convolve_chunks(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Tensor:
     """The chunked convolution of ``H x B x L'`` inputs (``L'`` whole chunks; padded positions already zeroed, in the
-    matrices' dtype) with the system of ``matrices`` (``chunk_matrices``, ``reverse`` as they were built): ``C x H x B x
-    L'``, channels first, as the matrix products give it.
-
-    Without autograd each output ``c`` is written in place by its two products (no copy of the input or the output);
-    with autograd the products give ``H x (B chunks) x (C T)``, copied once into the ``C x H`` layout."""
+    matrices' dtype) with the system of ``matrices`` (``chunk_matrices``, ``reverse`` as they were built), without
+    autograd: ``C x H x B x L'``, channels first, each output ``c`` written in place by its two products (no copy of
+    the input or the output). What a stack convolves with in inference (``MultiHeadSSM.chunked_stages``)."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("convolve_chunks writes its outputs in place: it runs without autograd "
+                           "(convolve_batch_first has autograd)")
     H, B, padded = rows.shape
     T = matrices.toeplitz.shape[1]
     C = matrices.toeplitz.shape[2] // T
     rows = rows.view(H, B * (padded // T), T)  # one chunk a row
-    carried = (rows, matrices.into_state, matrices.decay)
-    if torch.is_grad_enabled():  # the states computed again in the backward pass, not kept
-        y = rows @ matrices.toeplitz
-        y = y.add_(checkpoint(_carried, *carried, matrices.from_state, B, reverse, use_reentrant=False))
-        return y.view(H, B, padded // T, C, T).permute(3, 0, 1, 2, 4).reshape(C, H, B, padded)
-    states = _states_before_chunks(*carried, B, reverse)
+    states = _states_before_chunks(rows, matrices.into_state, matrices.decay, B, reverse)
     y = rows.new_empty(C, *rows.shape)
     toeplitz, from_state = matrices.toeplitz.unflatten(2, (C, T)), matrices.from_state.unflatten(2, (C, T))
     for c in range(C):

@@ -38,9 +38,10 @@ class BidirectionalSSM(nn.Module):
         stages = len(self.forward_ssm.kernels)
         kernels = layer_kernels([*self.forward_ssm.kernels, *self.backward_ssm.kernels], x.shape[1], x.shape[0])
         forward_kernels, backward_kernels = kernels[:stages], kernels[stages:]
-        if all(isinstance(k, ChunkedKernel) for k in kernels):
+        chunked = [isinstance(k, ChunkedKernel) for k in kernels]
+        if all(chunked) and not torch.is_grad_enabled():
             return self._chunked_both_ways(x, padding_mask, forward_kernels, backward_kernels)
-        if self.forward_ssm.recomputes(x.shape[1]):
+        if self.forward_ssm.recomputes(x.shape[1]) or any(chunked):
             y = torch.cat([self.forward_ssm(x, padding_mask, forward_kernels),
                            self.backward_ssm(x, padding_mask, backward_kernels)], dim=-1)
         else:
@@ -78,8 +79,8 @@ class BidirectionalSSM(nn.Module):
 
     def _chunked_both_ways(self, x: Tensor, padding_mask: Tensor | None, forward_kernels: list,
                            backward_kernels: list) -> Tensor:
-        """The block convolved chunk by chunk (``MultiHeadSSM.chunked_stages``), channels first from the projections
-        to the output Linear: ``B x L x D`` -> ``B x L x D``.
+        """The block in inference convolved chunk by chunk (``MultiHeadSSM.chunked_stages``), channels first from the
+        projections to the output Linear: ``B x L x D`` -> ``B x L x D``.
 
         Both projections are one product ``W x^T + b`` giving the ``2D x (B L')`` inputs of both directions (``L'``
         whole chunks), and the output Linear is two products of its halves with the directions' ``D x (B L')``
@@ -87,17 +88,15 @@ class BidirectionalSSM(nn.Module):
         B, L, D = x.shape
         rows, keep = chunk_layout(x, padding_mask, forward_kernels[0].chunk)
         if self.forward_ssm.in_proj is None:
-            h = rows.t().contiguous().view(D, B, -1)
-            directions = (h, h.clone())
+            h = rows.t().repeat(2, 1)
         else:
             weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
-            h = torch.addmm(bias, weight, rows.t()).view(2, D, B, -1)
-            directions = (h[0], h[1])
-        if keep is not None:
-            for h in directions:
-                h.mul_(keep)
-        forward = self.forward_ssm.chunked_stages(directions[0], keep, forward_kernels).view(D, -1)
-        backward = self.backward_ssm.chunked_stages(directions[1], keep, backward_kernels).view(D, -1)
+            h = torch.addmm(bias, weight, rows.t())  # 2D x (B L')
+        if keep is not None:  # in place on the product itself (on a view autograd would copy it back)
+            h.mul_(keep.view(-1))
+        h = h.view(2, D, B, -1)
+        forward = self.forward_ssm.chunked_stages(h[0], keep, forward_kernels).view(D, -1)
+        backward = self.backward_ssm.chunked_stages(h[1], keep, backward_kernels).view(D, -1)
         weight = self.out_proj.weight
         y = torch.addmm(self.out_proj.bias, forward.t(), weight[:, :D].t())
         return y.addmm_(backward.t(), weight[:, D:].t()).view(B, -1, D)[:, :L]

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from ...ssm import MSSMKernel, S4Kernel
 from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
-from ...ssm.chunked_conv import convolve_chunks, padded_length
+from ...ssm.chunked_conv import convolve_batch_first, convolve_chunks, padded_length
 from ...ssm.fft_conv import compute_dtype, fft_conv
 from ..dropout import LeanDropout
 from ..recompute import recomputed
@@ -140,13 +140,16 @@ class MultiHeadSSM(nn.Module):
         """``Dropout(Act(y))`` of ``... x C x D x L`` SSM outputs: ``... x D x L``."""
         return self.dropout(self.activate(y))
 
-    def _stage(self, x: Tensor, kernel: tuple[Tensor, Tensor], padding_mask: Tensor | None) -> Tensor:
+    def _stage(self, x: Tensor, kernel: tuple[Tensor, Tensor] | ChunkedKernel, padding_mask: Tensor | None) -> Tensor:
         """``Dropout(Act(SSM(x)))`` of one stage: ``B x D x L -> B x D x L``."""
+        if isinstance(kernel, ChunkedKernel):
+            matrices = kernel.kernel.chunk_matrices(x.shape[-1], kernel.chunk, self.reverse, compute_dtype(x))
+            return self.activated(convolve_batch_first(x, matrices, padding_mask, self.reverse))
         return self.activated(fft_conv(x, *kernel, padding_mask, reverse=self.reverse))
 
     def _chunked_stage(self, h: Tensor, kernel: ChunkedKernel) -> Tensor:
-        """``Dropout(Act(SSM(h)))`` of one stage convolved chunk by chunk: ``D x B x L'`` (padded positions zeroed) ->
-        ``D x B x L'``."""
+        """``Act(SSM(h))`` of one stage convolved chunk by chunk in inference: ``D x B x L'`` (padded positions
+        zeroed) -> ``D x B x L'``."""
         D, B, padded = h.shape
         dtype = compute_dtype(h)
         matrices = kernel.kernel.chunk_matrices(padded, kernel.chunk, self.reverse, dtype)
@@ -154,35 +157,34 @@ class MultiHeadSSM(nn.Module):
         return self.activated(y.flatten(2)).view(D, B, padded)
 
     def chunked_stages(self, h: Tensor, keep: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
-        """The stages on channels-first inputs in whole chunks, convolved chunk by chunk: ``h``: ``D x B x L'`` (this
-        stack's projection applied, padded positions zeroed) -> ``D x B x L'``, the last stage's activations (the
-        output Linear, if kept, is the caller's). The Linears between stages run as ``W h + b`` on the ``D x (B L')``
-        matrix; ``keep`` (``chunk_layout``) zeroes the next stage's padded inputs."""
+        """The stages in inference on channels-first inputs in whole chunks, convolved chunk by chunk
+        (``convolve_chunks``): ``h``: ``D x B x L'`` (this stack's projection applied, padded positions zeroed) -> ``D
+        x B x L'``, the last stage's activations (the output Linear, if kept, is the caller's). The Linears between
+        stages run as ``W h + b`` on the ``D x (B L')`` matrix; ``keep`` (``chunk_layout``) zeroes the next stage's
+        padded inputs. (In training a stack's stages run batch first, as with FFT convolutions: ``forward``.)"""
         D, B, padded = h.shape
         for i, kernel in enumerate(kernels):
             if i:
                 linear = self.linears[i - 1]
-                h = torch.addmm(linear.bias.unsqueeze(-1), linear.weight, h.view(D, -1)).view(D, B, padded)
-                if keep is not None:
-                    h.mul_(keep)
-            if self.recomputes(padded):
-                h = recomputed(self._chunked_stage, h, kernel)  # on a CPU keeps only the stage's input
-            else:
-                h = self._chunked_stage(h, kernel)
+                h = torch.addmm(linear.bias.unsqueeze(-1), linear.weight, h.view(D, -1))
+                if keep is not None:  # in place on the product itself (on a view autograd would copy it back)
+                    h.mul_(keep.view(-1))
+                h = h.view(D, B, padded)
+            h = self._chunked_stage(h, kernel)
         return h
 
     def _chunked_forward(self, x: Tensor, padding_mask: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
-        """``forward`` convolved chunk by chunk, channels first from the projection to the output Linear."""
+        """``forward`` in inference convolved chunk by chunk, channels first from the projection to the output
+        Linear."""
         B, L, D = x.shape
         rows, keep = chunk_layout(x, padding_mask, kernels[0].chunk)
         if self.in_proj is None:
             h = rows.t().contiguous()
         else:
             h = torch.addmm(self.in_proj.bias.unsqueeze(-1), self.in_proj.weight, rows.t())
-        h = h.view(D, B, -1)
         if keep is not None:
-            h.mul_(keep)
-        h = self.chunked_stages(h, keep, kernels).view(D, -1)
+            h.mul_(keep.view(-1))
+        h = self.chunked_stages(h.view(D, B, -1), keep, kernels).view(D, -1)
         if len(self.linears) == len(kernels):  # the output Linear, positions first: B x L' x D
             last = self.linears[-1]
             return torch.addmm(last.bias, h.t(), last.weight.t()).view(B, -1, D)[:, :L]
@@ -207,7 +209,7 @@ class MultiHeadSSM(nn.Module):
         L = x.shape[1]
         if kernels is None:
             kernels = layer_kernels(list(self.kernels), L, x.shape[0])
-        if all(isinstance(kernel, ChunkedKernel) for kernel in kernels):
+        if not torch.is_grad_enabled() and all(isinstance(kernel, ChunkedKernel) for kernel in kernels):
             return self._chunked_forward(x, padding_mask, kernels)
         x = self.projected(x.transpose(1, 2))
         for i, kernel in enumerate(kernels):
