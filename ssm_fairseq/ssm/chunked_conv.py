@@ -87,9 +87,10 @@ class _StatesBeforeChunks(torch.autograd.Function):
         chunks = contributions.shape[2]
         order = list(range(chunks - 1, -1, -1) if reverse else range(chunks))
         states = torch.empty_like(contributions)
-        states[:, :, order[0]].zero_()
-        for before, c in zip(order, order[1:]):  # one operator a chunk, written in place
-            torch.addcmul(contributions[:, :, before], states[:, :, before], decay, out=states[:, :, c])
+        state = torch.zeros_like(contributions[:, :, 0])
+        for c in order:
+            states[:, :, c] = state
+            state.mul_(decay).add_(contributions[:, :, c])
         ctx.save_for_backward(states, decay)
         ctx.order = order
         return states
@@ -99,18 +100,13 @@ class _StatesBeforeChunks(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
         states, decay = ctx.saved_tensors
         order = ctx.order
-        grad_contributions = torch.empty_like(grad)
-        grad_contributions[:, :, order[-1]].zero_()
+        grad_contributions = torch.zeros_like(grad)
         grad_decay = torch.zeros_like(states[:, :, 0])
-        reaching = None  # lambda_(c+1), held in grad_contributions
+        reaching = torch.zeros_like(grad[:, :, 0])  # lambda_(c+1)
         for c, before in zip(order[:0:-1], order[-2::-1]):
-            target = grad_contributions[:, :, before]  # lambda_c
-            if reaching is None:
-                target.copy_(grad[:, :, c])
-            else:
-                torch.addcmul(grad[:, :, c], reaching, decay, out=target)
-            grad_decay.addcmul_(target, states[:, :, before])
-            reaching = target
+            reaching.mul_(decay).add_(grad[:, :, c])  # lambda_c
+            grad_contributions[:, :, before] = reaching
+            grad_decay.addcmul_(reaching, states[:, :, before])
         return grad_contributions, grad_decay.sum(1, keepdim=True), None
 
 
