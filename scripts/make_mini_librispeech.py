@@ -442,8 +442,6 @@ def main(argv: list[str] | None = None) -> None:
         logging.info("wrote %d sentences to %s", args.lm_sentences, args.lm_text)
         return
 
-    if shutil.which("espeak-ng") is None:
-        parser.error("espeak-ng is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
     root = args.out / "LibriSpeech"
     chosen = [subset for subset in ALL_SUBSETS if splits[subset]] if args.subsets is None else \
         [subset for subset in args.subsets.split(",") if subset]
@@ -451,6 +449,8 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--subsets: {', '.join(unknown)} is not a subset of this corpus (its subsets: "
                      f"{', '.join(subset for subset in ALL_SUBSETS if splits[subset])})")
+    if shutil.which("espeak-ng") is None:  # after the arguments' own errors, before anything is replaced
+        parser.error("espeak-ng is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
     if args.subsets is None:
         if root.exists():
             if not args.force:
