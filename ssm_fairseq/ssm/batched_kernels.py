@@ -63,8 +63,9 @@ _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
 
 
 class ChunkedKernel(NamedTuple):
-    """An MSSM kernel to be convolved chunk by chunk (``chunked_conv.convolve_chunks``) in chunks of ``chunk``
-    positions, from its ``chunk_matrices`` (kept in inference), instead of being generated."""
+    """An MSSM kernel to be convolved chunk by chunk in chunks of ``chunk`` positions, from its ``chunk_matrices`` (kept
+    in inference), instead of being generated (``chunked_conv``: ``convolve_chunks`` channels first in inference,
+    ``convolve_batch_first`` in training)."""
 
     kernel: MSSMKernel
     chunk: int
@@ -134,10 +135,10 @@ def generation_groups(kernels: list, L: int) -> list[list]:
 
 
 def layer_kernels(kernels: list, L: int, batch: int = 1) -> list[tuple[Tensor, Tensor] | ChunkedKernel]:
-    """What ``convolve`` needs of each of ``kernels`` for ``batch`` sequences of length ``L``: ``kernel(L)``, those of
-    one configuration in one batched generation (``generation_groups``: on a CPU, at most ``GENERATION_BYTES`` of
-    kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_POSITIONS`` positions (``batch x L``), an
-    MSSM kernel as a ``ChunkedKernel`` instead.
+    """What the layers convolve with for each of ``kernels`` at ``batch`` sequences of length ``L``: ``kernel(L)``,
+    those of one configuration in one batched generation (``generation_groups``: on a CPU, at most
+    ``GENERATION_BYTES`` of kernels each); on the devices of ``CHUNKED_DEVICES``, from ``CHUNKED_MIN_POSITIONS``
+    positions (``batch x L``), an MSSM kernel as a ``ChunkedKernel`` instead.
     Inside ``generated_together`` the kernels are taken from its generations."""
     generated = _GENERATED.get()
     results = {}

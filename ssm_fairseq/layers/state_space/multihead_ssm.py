@@ -126,7 +126,7 @@ class MultiHeadSSM(nn.Module):
         self.dropout = LeanDropout(dropout)
 
     def activate(self, y: Tensor) -> Tensor:
-        """``... x C x D x L`` SSM outputs (``B x C x D x L``, or ``C x D x (B L)`` channels first) -> ``... x D x L``."""
+        """``... x C x D x L`` SSM outputs (``B x C x D x L``; ``C x D x (B L)`` channels first) -> ``... x D x L``."""
         if self.gating == "gelu":
             return F.gelu(y.select(-3, 0))
         # F.glu keeps only its input for the backward pass (a product with a sigmoid would keep both factors)
