@@ -5,8 +5,8 @@ operations (``eigh`` of its ``heads x N x N`` state matrices, the discretisation
 cost on a GPU is the launching of operations, not arithmetic. The heads of an
 MSSM kernel are independent, so kernels of the same configuration are one kernel with all their heads: their
 parameters are concatenated along the head and channel dimensions, the merged kernel is generated once
-(``torch.func.functional_call`` on a template of the merged shape, so gradients reach each kernel's own
-parameters through the concatenation), and its ``C x (n H) x L`` output is split back. The result equals the
+(``MSSMKernel.taps`` of the concatenated parameters: gradients reach each kernel's own parameters through the
+concatenation), and its ``C x (n H) x L`` output is split back; each ``D`` is its kernel's own. The result equals the
 kernels generated one by one (tested), with a quarter of the operations for four kernels.
 
 Layers call ``layer_kernels``, which generates a layer's kernels of one configuration together; an encoder opens
@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 from typing import Iterator, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from .chunked_conv import default_chunk
 from .mssm_kernel import MSSMKernel
@@ -59,7 +57,7 @@ CHUNKED_DEVICES = ("cpu",)
 # --layer``, docs/benchmarks.md)
 CHUNKED_MIN_POSITIONS = 2000
 # dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
-_STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "D": 1, "z_dt": 0}
+_STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "z_dt": 0}
 
 
 class ChunkedKernel(NamedTuple):
@@ -179,23 +177,16 @@ def generated_together(module: nn.Module, L: int, batch: int = 1) -> Iterator[No
 
 
 def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Tensor]]:
-    """``[kernel(L) for kernel in kernels]`` (each ``K``: ``C x H x L``, ``D``: ``C x H``) in one generation.
-
-    Kernels that ``can_batch`` rejects are generated one by one.
-    """
+    """``[kernel(L) for kernel in kernels]`` (each ``K``: ``C x H x L``, ``D``: ``C x H``) in one generation: the
+    kernels' parameters concatenated along their heads and channels (``_STACKING_DIMS``), one ``MSSMKernel.taps``,
+    its ``K`` split back (each ``D`` is its kernel's own). Kernels that ``can_batch`` rejects are generated one by
+    one."""
     if not can_batch(kernels):
         return [kernel(L) for kernel in kernels]
-    first, n = kernels[0], len(kernels)
-    template = _template(n * first.channels, first.state_size, first.out_channels, n * first.heads)
-    merged = {name: torch.cat([getattr(k, name) for k in kernels], dim=dim) for name, dim in _STACKING_DIMS.items()}
-    K, D = functional_call(template, merged, (L,), strict=True)
-    return list(zip(K.split(first.channels, dim=1), D.split(first.channels, dim=1)))
-
-
-@functools.lru_cache(maxsize=None)
-def _template(channels: int, state_size: int, out_channels: int, heads: int) -> MSSMKernel:
-    """An MSSM kernel of the merged shape on the meta device: ``functional_call`` replaces all its parameters,
-    so only its shapes and settings are used. Built without drawing from the random generator, so that a run
-    that builds it later (resumed from a checkpoint) draws the same dropout masks as one that built it earlier."""
-    with torch.device("meta"):
-        return MSSMKernel(channels, state_size, out_channels, heads=heads)
+    first = kernels[0]
+    first.check_length(L)
+    with torch.autocast(device_type=first.D.device.type, enabled=False):
+        merged = [torch.cat([first.real(getattr(k, name)) for k in kernels], dim=dim)
+                  for name, dim in _STACKING_DIMS.items()]
+        K = MSSMKernel.taps(*merged, L)
+    return [(taps, kernel.real(kernel.D)) for taps, kernel in zip(K.split(first.channels, dim=1), kernels)]

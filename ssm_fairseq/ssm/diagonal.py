@@ -15,7 +15,7 @@ from .discretization import bilinear_diagonal, zoh_diagonal
 from .inference_cache import kept
 from .kernel import SSMKernel
 from .recurrence import DiagonalRecurrence
-from .structured_products import real_vandermonde, vandermonde
+from .structured_products import vandermonde
 
 
 class DiagonalSSMKernel(SSMKernel):
@@ -37,9 +37,7 @@ class DiagonalSSMKernel(SSMKernel):
         return dA, dB, c
 
     def kernel(self, L: int) -> Tensor:
-        dA, dB, dC = self.discrete_system(L)
-        if not dA.is_complex():  # real eigenvalues (MSSM): real arithmetic throughout
-            return real_vandermonde(dC * dB, dA, L)
+        dA, dB, dC = self.discrete_system(L)  # complex (S4D, DSS); MSSM's real system has its own ``kernel``
         log_dA = torch.log(dA.to(torch.promote_types(dA.dtype, torch.complex64)))
         return vandermonde(dC * dB, log_dA, L)
 

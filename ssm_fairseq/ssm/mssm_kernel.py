@@ -20,7 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from .diagonal import DiagonalSSMKernel
-from .discretization import bilinear_diagonal
+from .mssm_system import discrete_system, eigen_system, state_matrix
+from .structured_products import real_vandermonde
 
 
 class MSSMKernel(DiagonalSSMKernel):
@@ -56,33 +57,33 @@ class MSSMKernel(DiagonalSSMKernel):
 
     def state_matrix(self) -> Tensor:
         """``A = diag(-exp(z)) - p p^T`` per head: ``heads x N x N``."""
-        p = self.real(self.p)
-        return torch.diag_embed(-torch.exp(self.real(self.z_lambda))) - p.unsqueeze(-1) * p.unsqueeze(-2)
+        return state_matrix(self.real(self.z_lambda), self.real(self.p))
 
     def _per_channel(self, t: Tensor) -> Tensor:
         """Repeat a per-head tensor (``heads x ...``) for each channel of its head (``H x ...``)."""
         return t.repeat_interleave(self.channels // self.heads, dim=0)
 
-    def _head_system(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``diagonal_system`` before its eigenvalues and ``b`` are repeated for each channel of their head:
-        ``mu``: ``heads x N``, ``b``: ``heads x N``, ``c``: ``C x H x N``, ``dt``: ``H``."""
-        mu, V = torch.linalg.eigh(self.state_matrix())  # heads x N, heads x N x N
-        b = torch.einsum("hnm,hn->hm", V, self.real(self.B))  # V^T B
-        C = self.real(self.C)
-        # C V, one product per head over all its channels (not one tiny product per channel)
-        c = torch.matmul(C.view(C.shape[0], self.heads, -1, C.shape[-1]), V).view(C.shape)
-        return mu, b, c, torch.exp(self.real(self.z_dt))
-
     def diagonal_system(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        mu, b, c, dt = self._head_system()
-        return self._per_channel(mu), self._per_channel(b), c, dt
+        mu, _, b, c = eigen_system(*(self.real(t) for t in (self.z_lambda, self.p, self.B, self.C)))
+        return self._per_channel(mu), self._per_channel(b), c, torch.exp(self.real(self.z_dt))
+
+    def _parameters_in_order(self) -> list[Tensor]:
+        """``z_lambda``, ``p``, ``B``, ``C``, ``z_dt`` in the compute dtype: what ``discrete_system`` reads."""
+        return [self.real(t) for t in (self.z_lambda, self.p, self.B, self.C, self.z_dt)]
 
     def discrete_system(self, L: int) -> tuple[Tensor, Tensor, Tensor]:
-        """As ``DiagonalSSMKernel.discrete_system``, with each head's eigenvalues and ``b`` broadcast against its
-        channels' steps (``heads x 1 x N`` against ``heads x H/heads x 1``) instead of repeated for them first."""
-        mu, b, c, dt = self._head_system()
-        dA, dB = bilinear_diagonal(mu.unsqueeze(1), b.unsqueeze(1), dt.view(self.heads, -1, 1))
-        return dA.flatten(0, 1), dB.flatten(0, 1), c
+        """``mssm_system.discrete_system`` of the parameters: one autograd node with its own backward pass."""
+        return discrete_system(*self._parameters_in_order())
+
+    def kernel(self, L: int) -> Tensor:
+        return self.taps(*self._parameters_in_order(), L)
+
+    @staticmethod
+    def taps(z_lambda: Tensor, p: Tensor, B: Tensor, C: Tensor, z_dt: Tensor, L: int) -> Tensor:
+        """The ``C x H x L`` kernel of these parameters (shapes as the attributes'; heads ``z_lambda.shape[0]``): what
+        ``kernel(L)`` computes, and ``batched_kernels`` for several kernels' parameters concatenated."""
+        dA, dB, dC = discrete_system(z_lambda, p, B, C, z_dt)
+        return real_vandermonde(dC * dB, dA, L)
 
     def continuous_matrices(self, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         A = self._per_channel(self.state_matrix())
