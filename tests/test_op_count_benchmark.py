@@ -11,7 +11,7 @@ def test_op_count_prints_counts_for_each_workload_and_path(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--layers", "mssm", "transformer", "--width", "32", "--frames",
                                       "16", "--architectures", "mssm_transducer", "transformer_transducer",
-                                      "--seconds", "0.3", "--repeats", "1", "--top", "3"])
+                                      "--seconds", "0.3", "--repeats", "1", "--top", "3", "--by-source"])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     header = next(line for line in out if line.startswith("| workload"))
@@ -33,3 +33,8 @@ def test_op_count_prints_counts_for_each_workload_and_path(monkeypatch, capsys):
     assert int(rows[("mssm layer", "batched")][2]) <= int(rows[("mssm layer", "cpu")][2])
     assert int(rows[("mssm_transducer encoder", "batched")][2]) <= int(rows[("mssm_transducer encoder", "cpu")][2])
     assert any(line.startswith("mssm layer, cpu, training: ") for line in out)
+    # by source: the files' counts add up to the row's total, and the MSSM system's own backward pass counts in its file
+    by_source = next(line for line in out if line.startswith("mssm layer, cpu, training, by source: "))
+    files = dict(part.rsplit(" ", 1) for part in by_source.split(": ", 1)[1].split(", "))
+    assert sum(int(n) for n in files.values()) == int(rows[("mssm layer", "cpu")][2])
+    assert int(files["ssm/mssm_system.py"]) > 18  # its 18 forward operators and its backward pass

@@ -3,7 +3,7 @@
 
     python scripts/benchmarks/op_count.py [--layers mssm stateformer transformer conformer] [--width 512]
         [--frames 250] [--architectures mssm_transducer transformer_transducer conformer_transducer] [--seconds 2]
-        [--batch 1] [--paths cpu batched] [--top 0]
+        [--batch 1] [--paths cpu batched] [--top 0] [--by-source]
 
 At speech lengths a GPU step costs what it launches, so the operators a step dispatches are the always-available
 proxy of its GPU time (DESIGN.md 3.11). Each workload, one encoder layer (``layers/encoder_layer.py``, the
@@ -30,6 +30,8 @@ times (``--threads``) and say nothing of a GPU's; ``--top K`` prints each row's 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections import Counter
 from contextlib import contextmanager
 from typing import Callable
@@ -53,17 +55,38 @@ PATHS = ("cpu", "batched")
 
 
 class OperatorCounter(TorchDispatchMode):
-    """Counts the compute operators dispatched while it is active, by name (``aten.mm``, ``aten.add`` ...)."""
+    """Counts the compute operators dispatched while it is active, by name (``aten.mm``, ``aten.add`` ...) and by the
+    source file that dispatched them (``sources``: the innermost calling frame in ``ssm_fairseq``, e.g.
+    ``ssm/mssm_system.py``, whose custom backward passes count there too; ``OUTSIDE`` for autograd's own derivatives
+    of operators and for the workload's loss)."""
+
+    OUTSIDE = "(autograd's derivatives and the loss)"
 
     def __init__(self):
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self.sources: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if not func.is_view and name not in NOT_COMPUTE:
             self.counts[name] += 1
+            self.sources[_source_file()] += 1
         return func(*args, **(kwargs or {}))
+
+
+def _source_file() -> str:
+    """The file of ``ssm_fairseq`` nearest the caller on the stack, relative to the package, or ``OUTSIDE``."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if _PACKAGE in path:
+            return path.split(_PACKAGE, 1)[1]
+        frame = frame.f_back
+    return OperatorCounter.OUTSIDE
+
+
+_PACKAGE = f"{os.sep}ssm_fairseq{os.sep}"
 
 
 @contextmanager
@@ -96,12 +119,12 @@ def steps(model: nn.Module, inputs: tuple, output: Callable) -> dict[str, Callab
     return {"training": training, "inference": inference}
 
 
-def count_and_time(step: Callable[[], None], repeats: int) -> tuple[Counter, float]:
+def count_and_time(step: Callable[[], None], repeats: int) -> tuple[OperatorCounter, float]:
     """The operators one call of ``step`` dispatches (after a warm-up call) and its best time in ms."""
     step()
     with OperatorCounter() as counter:
         step()
-    return counter.counts, 1e3 * measure(step, "cpu", repeats, "time")["seconds"]
+    return counter, 1e3 * measure(step, "cpu", repeats, "time")["seconds"]
 
 
 def layer_workload(layer_type: str, width: int, frames: int, batch: int) -> tuple[nn.Module, dict]:
@@ -146,6 +169,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=0, help="print each row's TOP most dispatched operators")
+    parser.add_argument("--by-source", action="store_true",
+                        help="print each row's operators by the ssm_fairseq file that dispatched them")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     workloads = {f"{t} layer": lambda t=t: layer_workload(t, args.width, args.frames, args.batch)
@@ -162,21 +187,24 @@ def main() -> None:
     print("| workload | MSSM kernels | training ops | vs reference | training ms | inference ops | vs reference "
           "| inference ms |")
     print("|---|---|---|---|---|---|---|---|")
-    tops = []
+    details = []
     for name, by_path in results.items():
         reference = results.get(references[name], {}).get("-")
         for path, by_mode in by_path.items():
             cells = []
-            for mode, (counts, ms) in by_mode.items():
-                total = sum(counts.values())
-                ratio = f"{total / sum(reference[mode][0].values()):.2f}x" if reference else "-"
+            for mode, (counter, ms) in by_mode.items():
+                total = sum(counter.counts.values())
+                ratio = f"{total / sum(reference[mode][0].counts.values()):.2f}x" if reference else "-"
                 cells.append(f"{total} | {ratio} | {ms:.1f}")
                 if args.top:
-                    top = ", ".join(f"{op} {n}" for op, n in counts.most_common(args.top))
-                    tops.append(f"{name}, {path}, {mode}: {top}")
+                    top = ", ".join(f"{op} {n}" for op, n in counter.counts.most_common(args.top))
+                    details.append(f"{name}, {path}, {mode}: {top}")
+                if args.by_source:
+                    files = ", ".join(f"{file} {n}" for file, n in counter.sources.most_common())
+                    details.append(f"{name}, {path}, {mode}, by source: {files}")
             print(f"| {name} | {path} | " + " | ".join(cells) + " |")
-    if tops:
-        print("\n" + "\n".join(tops))
+    if details:
+        print("\n" + "\n".join(details))
 
 
 if __name__ == "__main__":
