@@ -56,7 +56,8 @@ CHUNKED_DEVICES = ("cpu",)
 # (one sequence of 2,000 as well as 200 of 50), about as fast at 1,000 and slower at 400 (``chunked_conv.py
 # --layer``, docs/benchmarks.md)
 CHUNKED_MIN_POSITIONS = 2000
-# dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, D, z_dt) lie
+# dimension of each MSSMKernel parameter along which heads (z_lambda, p, B) or channels (C, z_dt) lie (each D is
+# its kernel's own: not concatenated)
 _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "z_dt": 0}
 
 

@@ -51,7 +51,7 @@ def _eigen_system(A: Tensor, B: Tensor, C: Tensor) -> tuple[Tensor, Tensor, Tens
     heads, N = mu.shape
     b = torch.bmm(B.unsqueeze(1), V).view(heads, N)
     V_rows = V.expand(C.shape[0], heads, N, N).reshape(-1, N, N)
-    c = torch.bmm(C.view(V_rows.shape[0], -1, N), V_rows).view(C.shape)
+    c = torch.bmm(C.reshape(V_rows.shape[0], -1, N), V_rows).view(C.shape)
     return mu, V, b, c, V_rows
 
 
