@@ -15,6 +15,7 @@ from fairseq.utils import apply_to_sample
 
 import spade_cases
 import transducer_cases
+from ssm_fairseq.ssm import MSSMKernel
 from ssm_fairseq.ssm.kernel import SSMKernel
 from test_mssm_roberta import TINY, build as build_masked_lm
 from test_spade_transformer import build as build_seq2seq
@@ -22,7 +23,8 @@ from test_spade_transformer import build as build_seq2seq
 
 @pytest.fixture
 def float32_inside(monkeypatch):
-    """Records the dtype of every kernel and every FFT spectrum computed during the test."""
+    """Records the dtype of every kernel (generated alone or in a batched generation) and every FFT spectrum computed
+    during the test."""
     seen = {"kernels": set(), "spectra": set()}
     kernel_forward = SSMKernel.forward
     rfft = torch.fft.rfft
@@ -37,7 +39,14 @@ def float32_inside(monkeypatch):
         seen["spectra"].add(spectrum.dtype)
         return spectrum
 
+    def recording_taps(*args):  # a batched generation of MSSM kernels (ssm/batched_kernels.py) calls taps directly
+        K = taps(*args)
+        seen["kernels"].add(K.dtype)
+        return K
+
+    taps = MSSMKernel.taps
     monkeypatch.setattr(SSMKernel, "forward", recording_forward)
+    monkeypatch.setattr(MSSMKernel, "taps", staticmethod(recording_taps))
     monkeypatch.setattr(torch.fft, "rfft", recording_rfft)
     yield seen
     assert seen["kernels"] == {torch.float32} and seen["spectra"] == {torch.complex64}, seen
