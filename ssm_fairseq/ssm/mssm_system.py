@@ -71,6 +71,7 @@ class _DiscreteSystem(torch.autograd.Function):
         mu, V, b, c, V_rows = _eigen_system(_state_matrix(lam, p), B, C)
         half_dt = torch.exp(z_dt).view(heads, -1, 1).mul_(0.5)  # heads x H/heads x 1
         h = half_dt * mu.unsqueeze(1)  # heads x H/heads x N
+        # discretization.bilinear_diagonal's rule, written out so that r = 1 / (1 - h) is kept for the backward pass
         r = torch.reciprocal(1.0 - h)
         dA = (1.0 + h).mul_(r)
         dB = (half_dt * b.unsqueeze(1)).mul_(r).mul_(2.0)
