@@ -5,8 +5,9 @@ A length-``L`` causal convolution ``y_k = sum_{j<=k} K_{k-j} u_j`` is a product 
 ``n`` is a fast FFT size (``2^a`` or ``3 * 2^a``). An anti-causal kernel's spectrum is the conjugate of the causal
 one's, and the skip term ``D u`` is the kernel's tap 0, so every form is one product of spectra. The FFTs run in
 float32 (float64 for float64 inputs) whatever autocast says. The convolution has its own backward: it keeps the
-input and the ``L`` kernel taps, not their spectra, and recomputes the spectra with real FFTs (a correlation
-for each input's gradient).
+input (not its spectrum, which depends on the batch and is twice its size) and the kernels' spectrum (which does
+not depend on the batch), and recomputes the input's spectrum with a real FFT (a correlation for each input's
+gradient).
 """
 from __future__ import annotations
 
@@ -55,29 +56,29 @@ class _SpectralConvolution(torch.autograd.Function):
     ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Given
     both, their spectra are summed (each channel convolved both ways). With ``two_way``, ``causal`` holds
     ``2 x C x H/2 x L`` taps, direction 0 causal and 1 anti-causal, for the two halves of the channels (the
-    directions of a bidirectional block: one FFT pair for both); the output is ``B x 2 x C x H/2 x L``. Only ``u``
-    and the ``L`` taps of each kernel are saved. Backward, with ``G = rfft(grad, n)``: ``grad_u = irfft(G
-    conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B`` gives the causal kernel's gradient
-    ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
+    directions of a bidirectional block: one FFT pair for both); the output is ``B x 2 x C x H/2 x L``. Saved are
+    ``u`` and the kernels' spectrum ``K`` (no FFT of the kernels in the backward pass). Backward, with ``G =
+    rfft(grad, n)``: ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B``
+    gives the causal kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
     """
 
     @staticmethod
     def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None, two_way: bool = False) -> Tensor:
-        ctx.save_for_backward(u, causal, anticausal)
-        ctx.two_way = two_way
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
-        spectrum = _input_spectrum(u, n, two_way) * _kernel_spectrum(causal, anticausal, n, two_way)
-        return torch.fft.irfft(spectrum, n=n)[..., :L]
+        kernel_spectrum = _kernel_spectrum(causal, anticausal, n, two_way)
+        ctx.save_for_backward(u, kernel_spectrum)
+        ctx.two_way = two_way
+        return torch.fft.irfft(_input_spectrum(u, n, two_way) * kernel_spectrum, n=n)[..., :L]
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the saved spectrum is not connected to the kernels' graph
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
-        u, causal, anticausal = ctx.saved_tensors
+        u, kernel_spectrum = ctx.saved_tensors
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
         g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1), or B x 2 x C x H/2 x (n/2 + 1)
         grad_u = grad_causal = grad_anticausal = None
         if ctx.needs_input_grad[0]:
-            conjugate = _kernel_spectrum(causal, anticausal, n, ctx.two_way, conjugate=True)
-            grad_u = torch.fft.irfft((g * conjugate).sum(-3), n=n)[..., :L].reshape(u.shape)
+            grad_u = torch.fft.irfft((g * kernel_spectrum.conj()).sum(-3), n=n)[..., :L].reshape(u.shape)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             x = (g * _input_spectrum(u, n, ctx.two_way).conj()).sum(0)  # C x H x (n/2 + 1), or 2 x C x H/2 x ...
             if ctx.two_way:  # the anti-causal direction's gradient is irfft(conj X): one inverse FFT for both
@@ -97,20 +98,18 @@ def _input_spectrum(u: Tensor, n: int, two_way: bool) -> Tensor:
     return torch.fft.rfft(u, n=n).unsqueeze(1)
 
 
-def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, two_way: bool = False,
-                     conjugate: bool = False) -> Tensor:
+def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, two_way: bool = False) -> Tensor:
     """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given, or two-way the spectra of the
-    ``2 x C x H/2 x L`` taps ``causal``, direction 1 conjugated; its complex conjugate with ``conjugate`` (two-way:
-    direction 0's imaginary part negated in place, not a conjugated copy)."""
+    ``2 x C x H/2 x L`` taps ``causal``, direction 1 conjugated (its imaginary part negated in place, not a
+    conjugated copy)."""
     if two_way:
         spectrum = torch.fft.rfft(causal, n=n)
-        spectrum[0 if conjugate else 1].imag.neg_()
+        spectrum[1].imag.neg_()
         return spectrum
     spectra = [torch.fft.rfft(causal, n=n)] if causal is not None else []
     if anticausal is not None:
         spectra.append(torch.fft.rfft(anticausal, n=n).conj())
-    spectrum = spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
-    return spectrum.conj() if conjugate else spectrum
+    return spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
 
 
 def _first_taps(K: Tensor, L: int) -> Tensor:

@@ -203,8 +203,8 @@ class _RealVandermonde(torch.autograd.Function):
     leading dimensions beyond the base's) are stacked into one matrix product per base row. Keeps only ``a`` and
     ``log |base|`` and ``sign(base)`` (``_magnitude_and_sign``) for the backward pass, which recomputes the factors
     from them. There ``dL/da_n = sum_k g_k b_n^k`` and
-    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: two transposed Vandermonde products (no division by the base,
-    so a zero base is exact)."""
+    ``dL/db_n = a_n sum_k (k + 1) g_(k+1) b_n^k``: two transposed Vandermonde products, computed as one (no division
+    by the base, so a zero base is exact)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, base: Tensor, L: int) -> Tensor:
@@ -228,13 +228,16 @@ class _RealVandermonde(torch.autograd.Function):
         L, m = ctx.L, ctx.m
         base_batch = log_abs.shape[:-1]
         coarse, fine = _real_powers(log_abs, sign, L, m)
-        grad_a = grad_base = None
-        if ctx.needs_input_grad[0]:
-            grad_a = _real_vandermonde_transposed(grad, coarse, fine, base_batch).sum_to_size(a.shape)
-        if ctx.needs_input_grad[1]:
+        needs_a, needs_base = ctx.needs_input_grad[:2]
+        rows = [grad] if needs_a else []
+        if needs_base:
             k = torch.arange(1, L, dtype=grad.dtype, device=grad.device)
-            shifted = F.pad(grad[..., 1:] * k, (0, 1))  # (k + 1) g_(k+1), zero past the end
-            grad_base = (a * _real_vandermonde_transposed(shifted, coarse, fine, base_batch)).sum_to_size(ctx.base_shape)
+            rows.append(F.pad(grad[..., 1:] * k, (0, 1)))  # (k + 1) g_(k+1), zero past the end
+        # both transposed products in one: the two gradients' rows stacked
+        sums = _real_vandermonde_transposed(torch.stack(rows) if len(rows) > 1 else rows[0].unsqueeze(0), coarse,
+                                            fine, base_batch)
+        grad_a = sums[0].sum_to_size(a.shape) if needs_a else None
+        grad_base = (a * sums[-1]).sum_to_size(ctx.base_shape) if needs_base else None
         return grad_a, grad_base, None
 
 
