@@ -68,6 +68,20 @@ def test_real_vandermonde_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b: real_vandermonde(a, b, 13), (a, base))
 
 
+@pytest.mark.parametrize("needs", ["a", "base"])
+def test_real_vandermonde_one_gradient_alone_equals_the_direct_powers_gradient(needs):
+    # The backward pass stacks both gradients' transposed products into one; with one input needing a gradient it
+    # computes that one alone. Both against autograd through the direct powers.
+    a = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=needs == "a")
+    base = (torch.rand(3, 5, dtype=torch.float64) * 1.8 - 0.9).requires_grad_(needs == "base")
+    g = torch.randn(2, 3, 11, dtype=torch.float64)
+    (real_vandermonde(a, base, 11) * g).sum().backward()
+    ours = (a if needs == "a" else base).grad
+    a_, base_ = a.detach().requires_grad_(), base.detach().requires_grad_()
+    (((a_.unsqueeze(-1) * base_.unsqueeze(-1) ** torch.arange(11, dtype=torch.float64)).sum(-2)) * g).sum().backward()
+    torch.testing.assert_close(ours, a_.grad if needs == "a" else base_.grad)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_real_vandermonde_zero_base_has_finite_gradients(dtype):
     # In float32, 1 + dt mu / 2 can round to exactly 0 during training: that base must not make a NaN gradient.
