@@ -148,3 +148,19 @@ def test_backward_keeps_the_input_and_the_kernels_spectrum_only(reverse):
         fft_conv(u, K, D, reverse=reverse)
     spectrum = ((2, 3, fft_size(19) // 2 + 1), True)  # C x H x (n/2 + 1)
     assert sorted(saved) == sorted([((2, 3, 10), False), spectrum])
+
+
+def test_two_way_backward_keeps_the_input_and_both_directions_spectrum_only():
+    u = torch.randn(2, 6, 10, requires_grad=True)  # B x 2H x L
+    causal = (torch.randn(2, 3, 10, requires_grad=True), torch.randn(2, 3, requires_grad=True))
+    anticausal = (torch.randn(2, 3, 10, requires_grad=True), torch.randn(2, 3, requires_grad=True))
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.is_complex()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        two_way_fft_conv(u, causal, anticausal)
+    spectrum = ((2, 2, 3, fft_size(19) // 2 + 1), True)  # directions x C x H x (n/2 + 1)
+    assert sorted(saved) == sorted([((2, 6, 10), False), spectrum])

@@ -5,7 +5,7 @@ A length-``L`` causal convolution ``y_k = sum_{j<=k} K_{k-j} u_j`` is a product 
 ``n`` is a fast FFT size (``2^a`` or ``3 * 2^a``). An anti-causal kernel's spectrum is the conjugate of the causal
 one's, and the skip term ``D u`` is the kernel's tap 0, so every form is one product of spectra. The FFTs run in
 float32 (float64 for float64 inputs) whatever autocast says. The convolution has its own backward: it keeps the
-input (not its spectrum, which depends on the batch and is twice its size) and the kernels' spectrum (which does
+input (not its spectrum, which depends on the batch and is two to three times its size) and the kernels' spectrum (which does
 not depend on the batch), and recomputes the input's spectrum with a real FFT (a correlation for each input's
 gradient).
 """
