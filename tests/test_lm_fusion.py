@@ -124,7 +124,10 @@ def full_forward_log_probs(lm):
     return log_prob
 
 
-def test_fused_greedy_equals_naive_fused_greedy():
+@pytest.mark.parametrize("frames_per_round", [1, 4, 8])
+def test_fused_greedy_equals_naive_fused_greedy(frames_per_round):
+    """Greedy search scoring several frames ahead per round with the LM's scores of the labels so far against
+    frame by frame with the LM's full forward pass."""
     torch.manual_seed(4)
     model = tiny_model(vocab=7, blank=BLANK)
     lm = bigram_lm(7, seed=3)
@@ -132,7 +135,7 @@ def test_fused_greedy_equals_naive_fused_greedy():
     lengths = torch.tensor([9, 4, 0, 7])
     suppress = (1, EOS)
     hypotheses = greedy_search(model, encoder_out, lengths, 2, suppress,
-                               fusion=LanguageModelFusion(lm, 0.6, BLANK, EOS))
+                               fusion=LanguageModelFusion(lm, 0.6, BLANK, EOS), frames_per_round=frames_per_round)
     for b, hypothesis in enumerate(hypotheses):
         labels, score = naive_fused_greedy(model, encoder_out[b, : lengths[b]], full_forward_log_probs(lm), 0.6, 2,
                                            suppress)
@@ -225,8 +228,8 @@ def test_bank_scores_equal_the_full_forward_pass(arch):
         assert fusion.eos_scores([row])[0] == pytest.approx(expected[2], abs=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["spade_lm", "transformer_lm"])
-def test_fused_greedy_with_a_real_lm_equals_naive_fused_greedy(arch):
+@pytest.mark.parametrize("arch, frames_per_round", [("spade_lm", 1), ("spade_lm", 8), ("transformer_lm", 8)])
+def test_fused_greedy_with_a_real_lm_equals_naive_fused_greedy(arch, frames_per_round):
     torch.manual_seed(7)
     model = tiny_model(vocab=LM_VOCAB, blank=BLANK, sharpness=2.0)
     with torch.no_grad():
@@ -236,7 +239,7 @@ def test_fused_greedy_with_a_real_lm_equals_naive_fused_greedy(arch):
     lengths = torch.tensor([7, 5, 3])
     suppress = (1, 2, 3)
     hypotheses = greedy_search(model, encoder_out, lengths, 2, suppress,
-                               fusion=LanguageModelFusion(lm, 0.9, BLANK, eos=2))
+                               fusion=LanguageModelFusion(lm, 0.9, BLANK, eos=2), frames_per_round=frames_per_round)
     for b, hypothesis in enumerate(hypotheses):
         labels, score = naive_fused_greedy(model, encoder_out[b, : lengths[b]], full_forward_log_probs(lm), 0.9, 2,
                                            suppress, eos=2)

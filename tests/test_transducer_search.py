@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ssm_fairseq.asr.search.beam_search import beam_search
-from ssm_fairseq.asr.search.greedy_search import greedy_search
+from ssm_fairseq.asr.search.greedy_search import GreedySearch, greedy_search
+from ssm_fairseq.asr.search.hypothesis import SearchSettings
 from ssm_fairseq.asr.transducer.joiner import Joiner
 from ssm_fairseq.asr.transducer.predictor import Predictor
 from ssm_fairseq.asr.transducer.rnnt_loss import rnnt_loss
@@ -31,9 +32,11 @@ def lattice_log_probs(model, encoder_out: torch.Tensor, labels: list[int]) -> to
     return model.joiner(encoder_out[None], predictor_out)[0].log_softmax(-1)
 
 
-def naive_greedy(model, encoder_out: torch.Tensor, max_symbols: int, suppress=()) -> tuple[list[int], float]:
+def naive_greedy(model, encoder_out: torch.Tensor, max_symbols: int, suppress=(),
+                 frames: list[int] | None = None) -> tuple[list[int], float]:
     """Frame by frame, one utterance, recomputing the lattice from the full history at every step; after
-    ``max_symbols`` labels in a frame, on to the next frame without a blank."""
+    ``max_symbols`` labels in a frame, on to the next frame without a blank. Each label's frame is appended to
+    ``frames`` if given."""
     labels, score = [], 0.0
     for t in range(encoder_out.shape[0]):
         for _ in range(max_symbols):
@@ -43,6 +46,8 @@ def naive_greedy(model, encoder_out: torch.Tensor, max_symbols: int, suppress=()
             if best == model.blank:
                 break
             labels.append(best)
+            if frames is not None:
+                frames.append(t)
     return labels, score
 
 
@@ -80,21 +85,43 @@ def rnnt_log_prob(model, encoder_out: torch.Tensor, y: tuple[int, ...]) -> float
     return -nll.item()
 
 
+@pytest.mark.parametrize("frames_per_round", [1, 3, 8])
 @pytest.mark.parametrize("max_symbols,suppress", [(1, ()), (2, ()), (3, ()), (2, (1, 4))])
-def test_greedy_equals_naive_decoder(max_symbols, suppress):
+def test_greedy_equals_naive_decoder(max_symbols, suppress, frames_per_round):
+    """Frame by frame, one utterance at a time, against the batch's utterances each scoring several frames ahead
+    per round (a window of 1, 3 and 8 of the 9 frames)."""
     model = tiny_model(vocab=6, blank=2)
     encoder_out = torch.randn(4, 9, ENCODER_DIM, dtype=torch.float64)
     lengths = torch.tensor([9, 4, 0, 7])
-    hypotheses = greedy_search(model, encoder_out, lengths, max_symbols, suppress)
+    hypotheses = greedy_search(model, encoder_out, lengths, max_symbols, suppress, frames_per_round=frames_per_round)
     emitted_somewhere = 0
     for b, hypothesis in enumerate(hypotheses):
-        labels, score = naive_greedy(model, encoder_out[b, : lengths[b]], max_symbols, suppress)
+        frames = []
+        labels, score = naive_greedy(model, encoder_out[b, : lengths[b]], max_symbols, suppress, frames)
         assert hypothesis.tokens == labels
         assert hypothesis.score == pytest.approx(score, abs=1e-9)
         assert len(hypothesis.token_scores) == len(hypothesis.frames) == len(labels)
         assert hypothesis.frames == sorted(hypothesis.frames) and all(0 <= t < lengths[b] for t in hypothesis.frames)
+        assert hypothesis.frames == frames
         emitted_somewhere += len(labels)
     assert emitted_somewhere > 0  # the random model does emit labels, so the comparison means something
+
+
+@pytest.mark.parametrize("frames_per_round", [1, 2, 8])
+def test_greedy_rounds_follow_the_labels_not_the_frames(frames_per_round):
+    """Each round an utterance emits a label or moves ``frames_per_round`` frames on (or to its end), so a batch
+    takes at most ``max(labels + ceil(frames / W))`` rounds over its utterances, not one per frame and label."""
+    torch.manual_seed(5)
+    model = tiny_model(vocab=6, blank=2)
+    encoder_out = torch.randn(3, 40, ENCODER_DIM, dtype=torch.float64)
+    lengths = torch.tensor([40, 25, 33])
+    search = GreedySearch(model, 3, encoder_out.device, SearchSettings(2), frames_per_round=frames_per_round)
+    search.advance(encoder_out, lengths)
+    labels = [len(tokens) for tokens in search.tokens]
+    assert min(labels) >= 3
+    assert search.rounds <= max(n + -(-int(T) // frames_per_round) for n, T in zip(labels, lengths))
+    with pytest.raises(ValueError, match="frames_per_round"):
+        GreedySearch(model, 3, encoder_out.device, frames_per_round=0)
 
 
 @pytest.mark.parametrize("max_symbols", [1, 2])

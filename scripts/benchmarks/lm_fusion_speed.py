@@ -124,9 +124,10 @@ def measure_one(args: argparse.Namespace) -> dict:
             for kind, (_, seconds, chunks, counter) in passes.items()}
 
 
-def streamable(checkpoint: Path, data: Path, subset: str) -> bool:
-    """Whether the checkpoint's encoder can run chunk by chunk (a causal model)."""
-    model, _, _ = load(checkpoint, data, subset, 1)
+def streamable(checkpoint: Path, data: Path, subset: str, max_tokens: int) -> bool:
+    """Whether the checkpoint's encoder can run chunk by chunk (a causal model); ``max_tokens``: a batch size the
+    subset's longest utterance fits in (the task refuses one it does not)."""
+    model, _, _ = load(checkpoint, data, subset, max_tokens)
     try:
         model.encoder.check_streamable()
     except ValueError:
@@ -213,7 +214,7 @@ def main() -> None:
         table(args, "offline")
         print()
     if "streaming" in args.tables:
-        if streamable(args.checkpoint, args.data, args.subset):
+        if streamable(args.checkpoint, args.data, args.subset, args.max_tokens):
             table(args, "streaming")
         else:
             print(f"(no streaming table: {args.checkpoint.name} is not a causal model)")

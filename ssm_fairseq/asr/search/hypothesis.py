@@ -81,14 +81,14 @@ class SearchSettings:
 
 
 def selectable(log_probs: Tensor, suppress: Sequence[int]) -> Tensor:
-    """``N x V`` log-probabilities with the ``suppress`` units at -inf: what a search may choose from.
+    """``... x V`` log-probabilities with the ``suppress`` units at -inf: what a search may choose from.
 
     Scores are always taken from the unmasked ``log_probs``, so a hypothesis's score stays the model's.
     """
     if not suppress:
         return log_probs
     masked = log_probs.clone()
-    masked[:, list(suppress)] = -torch.inf
+    masked[..., list(suppress)] = -torch.inf
     return masked
 
 
