@@ -1,14 +1,17 @@
-"""``scripts/benchmarks/streaming_cost.py`` with a language model: ``--lm-path`` fuses it into the measured stream,
-``--compare-lm`` measures a plain and a fused stream over the same chunks and sets them side by side. On the tiny
-causal model of ``test_streaming_transcriber`` and a tiny ``spade_lm`` trained here over its dictionary (a few
-seconds). No time is asserted; the rows, the side-by-side table and the stream lines are."""
+"""The benchmarks of fusion's cost. ``scripts/benchmarks/streaming_cost.py`` with a language model: ``--lm-path``
+fuses it into the measured stream, ``--compare-lm`` measures a plain and a fused stream over the same chunks and sets
+them side by side. ``scripts/benchmarks/lm_fusion_speed.py``: its offline and streaming tables, each search plain and
+fused in a child process. On the tiny causal model of ``test_streaming_transcriber`` and a tiny ``spade_lm`` trained
+here over its dictionary (a few seconds). No time is asserted; the rows, the side-by-side table, the stream lines
+and what each row counted are."""
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 
-from cli import REPO
+from cli import BIN, REPO, run_ok
 from test_streaming_transcriber import causal  # noqa: F401  (the trained tiny causal model's fixture)
 from test_transcribe import _one_thread, train_language_models  # noqa: F401  (_one_thread: autouse)
 
@@ -75,3 +78,23 @@ def test_compare_lm_without_an_lm_is_refused(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         streaming_cost(monkeypatch).main(["--compare-lm"])
     assert "--compare-lm and --ilm-path need --lm-path" in capsys.readouterr().err
+
+
+def test_lm_fusion_speed_prints_an_offline_and_a_streaming_row_that_agree(causal, spade_lm):
+    """Both tables' greedy rows on the causal model's 4 test-mini utterances (streaming all 4): every cell a number,
+    the fused passes stepped the LM, and each table's plain and fused WER are the other's (the causal model streams
+    as it decodes offline)."""
+    data, checkpoint, _ = causal
+    out = run_ok([str(BIN / "python"), "scripts/benchmarks/lm_fusion_speed.py", "--checkpoint", str(checkpoint),
+                  "--data", str(data), "--lm-path", str(spade_lm), "--lm-weight", "0.05", "--searches", "greedy",
+                  "--repeats", "1", "--threads", "1", "--skip-memory", "--stream-utterances", "4"])
+    number, ratio, pair = r"[0-9.]+", r"[0-9.]+x", r"[0-9.]+ / [0-9.]+"
+    row = re.compile(rf"^\| greedy \| ({number}) \| ({number}) \| {ratio} \| {pair} \| {ratio} \| (\d+) "
+                     rf"\| nan / nan \| ({pair}) \|$", flags=re.M)
+    offline, streaming = out.split("| search (streaming, 320 ms chunks, 4 utterances one at a time) |", 1)
+    assert "| search (batched) |" in offline, out
+    rows = [row.findall(part) for part in (offline, streaming)]
+    assert [len(found) for found in rows] == [1, 1], out  # one row each: only the search asked for
+    (plain_cost, fused_cost, lm_calls, wer), (*_, streamed_wer) = rows[0][0], rows[1][0]
+    assert float(plain_cost) > 0 and float(fused_cost) > 0 and int(lm_calls) > 1, rows
+    assert wer == streamed_wer, rows
