@@ -12,8 +12,8 @@ are timed: the whole encoder, and its sub-sampler alone on the same batch (forwa
 square in training); "the rest" is their difference. Each architecture runs in a fresh interpreter (two encoders'
 training at the recipe's batch do not fit one process on a 24 GB machine), each mode's two steps interleaved, the
 median of ``--repeats`` calls after one warm-up (``measurement.interleaved_median_ms``), so that a busy spell slows
-both parts alike. The ratios are of times (above 1: slower than the reference's part; its speed
-relative to the reference is the inverse). Memory is not measured here (``encoders.py`` does).
+both parts alike. The ratios are of times (above 1: slower than the reference's part; its speed relative to the
+reference is the inverse). Memory is not measured here (``encoders.py`` does).
 
     .venv/bin/python scripts/benchmarks/encoder_parts.py --repeats 3
 """
