@@ -28,3 +28,11 @@ def test_encoder_parts_prints_each_architectures_parts_per_mode(monkeypatch, cap
         assert all(ratio.endswith("x") for ratio in ratios)
         if architecture == ARCHITECTURES[-1]:
             assert ratios == ["1.00x"] * 3
+
+
+def test_an_unregistered_architecture_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--architectures", "mssm_transducer", "transformer_lm"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert "not registered transducer architectures: ['transformer_lm']" in capsys.readouterr().err

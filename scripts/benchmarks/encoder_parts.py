@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Callable
 
 import torch
 from torch import nn
 
-from encoders import FRAMES_PER_SECOND, architecture_encoder, mix_batch_frames
+from encoders import FRAMES_PER_SECOND, architecture_encoder, mix_batch_frames, padded_features, unknown_architectures
 from measurement import add_measurement_arguments, child, interleaved_median_ms
 
 PARTS = ("encoder", "sub-sampler")
 
 
-def part_steps(architecture: str, frames: list[int], mode: str, device: str) -> dict[str, callable]:
+def part_steps(architecture: str, frames: list[int], mode: str, device: str) -> dict[str, Callable[[int], None]]:
     """``{part: step(i)}`` of one architecture's encoder on a batch of utterances of ``frames`` feature frames."""
     torch.manual_seed(0)
     encoder = architecture_encoder(architecture, max(frames)).to(device).train(mode == "train")
-    lengths = torch.tensor(frames, device=device)
-    features = torch.randn(len(frames), max(frames), 80, device=device)
-    features[torch.arange(max(frames), device=device) >= lengths[:, None]] = 0
+    features, lengths = padded_features(frames, device)
     outputs = {"encoder": lambda: encoder(features, lengths)["encoder_out"],
                "sub-sampler": lambda: encoder.subsampler(features, lengths)[0]}
 
@@ -64,6 +63,9 @@ def main() -> None:
     add_measurement_arguments(parser, repeats=3, whats=("time",))
     parser.add_argument("--one", metavar="ARCHITECTURE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = unknown_architectures(args.architectures + ([args.one] if args.one else []))
+    if unknown:
+        parser.error(f"not registered transducer architectures: {unknown}")
     torch.set_num_threads(args.threads)
     frames = mix_batch_frames(args.seconds, args.max_tokens)
     if args.one:  # a child: one architecture -> {mode: {part: median ms}}

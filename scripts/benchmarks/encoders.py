@@ -65,6 +65,20 @@ def mix_batch_frames(seconds: float, max_tokens: int) -> list[int]:
     return [round(longest - (longest - shortest) * i / max(count - 1, 1)) for i in range(count)]
 
 
+def padded_features(frames: list[int], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of random 80-bin filterbank features, utterance ``i`` ``frames[i]`` long and zero after it:
+    ``B x max(frames) x 80`` and the lengths ``B``."""
+    lengths = torch.tensor(frames, device=device)
+    features = torch.randn(len(frames), max(frames), 80, device=device)
+    features[torch.arange(max(frames), device=device) >= lengths[:, None]] = 0
+    return features, lengths
+
+
+def unknown_architectures(names: list[str]) -> list[str]:
+    """Those of ``names`` that are not registered transducer architectures."""
+    return [name for name in names if ARCH_MODEL_REGISTRY.get(name) is not TransducerModel]
+
+
 def encoder_step(args: argparse.Namespace):
     """One training step or inference (``args.mode``) of one encoder on one batch, as a function of no arguments:
     ``args.frames`` (utterance lengths, in feature frames) or ``args.batch`` utterances of ``args.seconds``."""
@@ -79,9 +93,7 @@ def encoder_step(args: argparse.Namespace):
                                 positions=args.encoder in ("transformer", "conformer")).to(args.device)
     if getattr(args, "compiled", False):
         compile_layers(encoder.layers, backend=getattr(args, "compile_backend", "inductor"))
-    lengths = torch.tensor(frames, device=args.device)
-    features = torch.randn(len(frames), longest, 80, device=args.device)
-    features[torch.arange(longest, device=args.device) >= lengths[:, None]] = 0
+    features, lengths = padded_features(frames, args.device)
 
     def train():
         encoder.zero_grad(set_to_none=True)
@@ -182,7 +194,7 @@ def main() -> None:
         parser.error("--compiled and --batch-one measure --max-tokens batches: give --max-tokens")
 
     if args.architectures:
-        unknown = [a for a in args.architectures if ARCH_MODEL_REGISTRY.get(a) is not TransducerModel]
+        unknown = unknown_architectures(args.architectures)
         if unknown:
             parser.error(f"not registered transducer architectures: {unknown}")
         encoders, reference_name, which = args.architectures, args.architectures[-1], "--architecture"
