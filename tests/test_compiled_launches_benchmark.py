@@ -12,10 +12,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "compi
 
 
 @pytest.mark.slow  # dynamo traces an MSSM layer's training and inference steps: 20-40 s
-def test_compiled_launches_prints_eager_and_compiled_counts_per_layer_and_step(monkeypatch, capsys):
+def test_compiled_launches_prints_eager_and_compiled_counts_per_layer_and_step(monkeypatch, capsys, worker_threads):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--layers", "mssm", "--width", "16", "--frames", "12",
-                                      "--backend", "aot_eager", "--threads", "2", "--top", "3"])
+                                      "--backend", "aot_eager", "--top", "3", *worker_threads])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     header = next(line for line in out if line.startswith("| layer"))

@@ -10,10 +10,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "encod
 ARCHITECTURES = ("mssm_transducer", "transformer_transducer")
 
 
-def test_encoder_parts_prints_each_architectures_parts_per_mode(monkeypatch, capsys):
+def test_encoder_parts_prints_each_architectures_parts_per_mode(monkeypatch, capsys, worker_threads):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--architectures", *ARCHITECTURES, "--max-tokens", "300",
-                                      "--seconds", "0.5", "--repeats", "1", "--device", "cpu"])
+                                      "--seconds", "0.5", "--repeats", "1", "--device", "cpu", *worker_threads])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out
     assert "# Encoder time by part: 6 utterances of 0.45-0.5 s (--max-tokens 300)" in out, out

@@ -42,9 +42,9 @@ def _run(monkeypatch, capsys, *arguments: str) -> list[str]:
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
 
 
-def test_gpu_paths_prints_a_row_per_workload_on_cpu(monkeypatch, capsys):
+def test_gpu_paths_prints_a_row_per_workload_on_cpu(monkeypatch, capsys, worker_threads):
     rows = _run(monkeypatch, capsys, "--device", "cpu", "--repeats", "1", "--compile-backend", "aot_eager",
-                "--budget-minutes", "60")
+                "--budget-minutes", "60", *worker_threads)
     rows = [row for row in rows if " ms" in row]
     for workload in WORKLOADS:
         assert any(row.startswith(f"| {workload} |") for row in rows), f"no row for {workload}: {rows}"

@@ -9,11 +9,11 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "gpu_profile.py"
 
 
-def test_gpu_profile_prints_each_step_with_its_operators(monkeypatch, capsys):
+def test_gpu_profile_prints_each_step_with_its_operators(monkeypatch, capsys, worker_threads):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--device", "cpu", "--architectures", "transformer_transducer",
                                       "--batches", "one", "--modes", "eval", "--autocast", "none", "bf16",
-                                      "--top", "3", "--repeats", "1"])
+                                      "--top", "3", "--repeats", "1", *worker_threads])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out
     headings = re.findall(r"^## transformer_transducer, eval, autocast (\w+), (\d+) x 1 s: wall [\d.]+ ms, "

@@ -7,11 +7,11 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "op_count.py"
 
 
-def test_op_count_prints_counts_for_each_workload_and_path(monkeypatch, capsys):
+def test_op_count_prints_counts_for_each_workload_and_path(monkeypatch, capsys, worker_threads):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python SCRIPT` does
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--layers", "mssm", "transformer", "--width", "32", "--frames",
                                       "16", "--architectures", "mssm_transducer", "transformer_transducer",
-                                      "--seconds", "0.3", "--repeats", "1", "--top", "3", "--by-source"])
+                                      "--seconds", "0.3", "--repeats", "1", "--top", "3", "--by-source", *worker_threads])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     header = next(line for line in out if line.startswith("| workload"))
