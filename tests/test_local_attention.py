@@ -124,6 +124,20 @@ def test_never_builds_l_by_l(mode, causal):
     assert probe.numel <= heads * L * 3 * w < L * L // 16
 
 
+@pytest.mark.parametrize("mode,causal", MODES_CAUSAL)
+def test_a_sequence_within_the_window_scores_only_its_own_keys(mode, causal):
+    """Shorter than the window (a fine-tuning sentence under a 128-token window), every key is within reach: the
+    scores and masks are ``L x L``, not a window of queries over three windows of keys (4.9x as many at 100 / 128)."""
+    L, w, heads, batch = 100, 128, 2, 3
+    att = LocalAttention(8, heads, w, mode=mode, causal=causal).eval()
+    x = torch.randn(batch, L, 8)
+    pad = torch.arange(L)[None, :] >= torch.tensor([L, 60, 1])[:, None]
+    with torch.no_grad(), LargestTensor() as probe:
+        y = att(x, key_padding_mask=pad)
+    assert y.shape == x.shape
+    assert probe.numel <= batch * heads * L * L
+
+
 def test_dropout_only_in_training():
     att = LocalAttention(8, 2, 4, dropout=0.5).double()
     x = torch.randn(2, 9, 8, dtype=torch.float64)

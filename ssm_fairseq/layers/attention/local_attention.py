@@ -85,16 +85,17 @@ class LocalAttention(nn.Module):
         y = F.scaled_dot_product_attention(qkv[:, 0, :, None], k, v, attn_mask=key_ok[:, None, None])
         return self.out_proj(y.transpose(1, 2).reshape(B, 1, D))
 
-    def _distances(self, span: int, device: torch.device) -> Tensor:
-        """``window x span``: query index minus key index, ``i - j``, of query ``s`` of a block and slot ``t`` of
-        its key span (the same in every block)."""
-        w = self.window
-        s = torch.arange(w, device=device)[:, None]
+    @staticmethod
+    def _distances(rows: int, before: int, span: int, device: torch.device) -> Tensor:
+        """``rows x span``: query index minus key index, ``i - j``, of query ``s`` of a block and slot ``t`` of its
+        key span, which starts ``before`` positions before the block (the same in every block)."""
+        s = torch.arange(rows, device=device)[:, None]
         t = torch.arange(span, device=device)[None, :]
-        return s + (w if self.mode == "window" else 0) - t  # in chunk mode always |i - j| < w
+        return s + before - t
 
     def _rule(self, dist: Tensor) -> Tensor:
-        """``window x span`` bool from ``_distances``: may the query attend that key?"""
+        """A bool tensor of ``dist``'s shape from ``_distances``: may the query attend that key? (In chunk mode a
+        block is the chunk and its span, so ``|i - j| < window`` there.)"""
         return (dist >= (0 if self.causal else -self.window)) & (dist <= self.window)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor | None,
@@ -102,18 +103,24 @@ class LocalAttention(nn.Module):
         """Blocked local attention over aligned ``q``, ``k``, ``v`` (``B x H x L x hd``) -> ``B x H x L x hd``.
 
         Position 0 must lie on a chunk boundary. ``key_ok``: ``B x L``, True at real keys (None: all real).
+        A sequence no longer than the window is one block of ``L`` queries over its ``L`` keys (every key is then
+        within reach of every query, but for causality), not a window of queries over three windows of keys; with
+        nothing padded and no position bias, that is plain (causal) attention, without a mask.
         """
         B, H, L, hd = q.shape
-        w = self.window
+        dropout = self.dropout if self.training else 0.0
+        if L <= self.window and key_ok is None and position_bias is None:  # nothing to mask but for causality
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
+        w = min(self.window, L)  # queries per block
         nb = -(-L // w)
         extra = nb * w - L
-        before = w if self.mode == "window" else 0
-        ahead = w if self.mode == "window" and not self.causal else 0
+        before = w if self.mode == "window" and nb > 1 else 0
+        ahead = w if self.mode == "window" and not self.causal and nb > 1 else 0
         span = before + w + ahead
         if key_ok is None:
             key_ok = torch.ones(B, L, dtype=torch.bool, device=q.device)
         ok = _pad_seq(key_ok[:, None, :, None], before, extra + ahead).unfold(2, span, w)  # B x 1 x nb x 1 x span
-        dist = self._distances(span, q.device)
+        dist = self._distances(w, before, span, q.device)
         allowed = self._rule(dist) & ok  # B x 1 x nb x w x span
         # a query without any key (padding) attends its whole span: its output is unused, and stays finite
         allowed = allowed | ~allowed.any(-1, keepdim=True)
@@ -129,7 +136,7 @@ class LocalAttention(nn.Module):
             blocks_as_batch(_pad_seq(q, 0, extra).view(B, H, nb, w, hd)),
             blocks_as_batch(_pad_seq(k, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
             blocks_as_batch(_pad_seq(v, before, extra + ahead).unfold(2, span, w).transpose(-1, -2)),
-            attn_mask=blocks_as_batch(mask), dropout_p=self.dropout if self.training else 0.0,
+            attn_mask=blocks_as_batch(mask), dropout_p=dropout,
         )  # (B nb) x H x w x hd
         return y.unflatten(0, (B, nb)).transpose(1, 2).reshape(B, H, nb * w, hd)[:, :, :L]
 
