@@ -51,8 +51,8 @@ def test_pretraining_trains_on_4096_token_blocks_and_the_table_reports_both_mode
         # 256 pieces: uniform guessing scores 256; after 4 updates both models scored 248-250 (measured), after 30
         # 164-171: the models learned
         assert all(1 < float(ppl) < 200 for ppl in row.groups()[1:]), row.group(0)
-        validated = (work / f"validate_{arch}_test.log").read_text()
-        assert f"| ppl {row.group(3)} |" in validated
+        validated = (work / f"validate_{arch}.log").read_text()  # both splits, masked as they would be alone
+        assert re.search(rf"valid on 'test' subset .*\| ppl {re.escape(row.group(3))} \|", validated), validated
 
 
 def test_the_evidence_table_scores_what_fairseq_validate_scored_and_ablates_only_the_ssm_model(recipe):
@@ -63,7 +63,8 @@ def test_the_evidence_table_scores_what_fairseq_validate_scored_and_ablates_only
         header = re.search(r"visible <= (\d+) tokens away", table)
         assert header and header.group(1) == "256", table  # local_roberta_base's reach: 2 layers x 128 keys
         for arch in ARCHS:
-            validated = re.search(r"\| ppl ([0-9.]+) \|", (work / f"validate_{arch}_{split}.log").read_text())
+            validated = re.search(rf"valid on '{split}' subset .*\| ppl ([0-9.]+) \|",
+                                  (work / f"validate_{arch}.log").read_text())
             row = re.search(rf"^\| {arch} \| [0-9,]+ \| ([0-9.]+) \|", table, flags=re.M)
             assert validated and row, table
             # the same masked tokens as fairseq-validate (seed 1, not the training seed): the same perplexity, to its
@@ -116,7 +117,7 @@ def test_preprocessing_reruns_on_the_same_dictionary_and_refuses_a_changed_one(r
 
 def test_the_recipe_fails_when_nothing_was_scored(recipe, tmp_path):
     work, _ = recipe
-    (tmp_path / "validate_mssm_roberta_base_valid.log").write_text("no scores here\n")
+    (tmp_path / "validate_mssm_roberta_base.log").write_text("no scores here\n")
     result = subprocess.run(["bash", "recipes/mlm/run.sh", "--conf", "recipes/mlm/conf/sample.sh", "--stage", "5",
                              "--stop-stage", "5"], capture_output=True, text=True, cwd=REPO,
                             env=recipe_env(tmp_path, ARCHS="mssm_roberta_base"))

@@ -89,14 +89,12 @@ fi
 
 if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
   for arch in $archs; do
-    for split in valid test; do
-      log "stage 4: fairseq-validate $arch on $split"
-      # shellcheck disable=SC2086
-      run fairseq-validate "$data_bin" --user-dir "$user_dir" --task masked_lm \
-        --path "$work_dir/checkpoints/$arch/checkpoint_best.pt" --valid-subset "$split" \
-        --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc --batch-size "$batch_size" \
-        --required-batch-size-multiple 1 --seed 1 ${VALID_ARGS:-} 2>&1 | tee "$work_dir/validate_${arch}_$split.log"
-    done
+    log "stage 4: fairseq-validate $arch on valid and test"
+    # shellcheck disable=SC2086
+    run fairseq-validate "$data_bin" --user-dir "$user_dir" --task masked_lm \
+      --path "$work_dir/checkpoints/$arch/checkpoint_best.pt" --valid-subset valid,test \
+      --tokens-per-sample "$tokens_per_sample" --sample-break-mode complete_doc --batch-size "$batch_size" \
+      --required-batch-size-multiple 1 --seed 1 ${VALID_ARGS:-} 2>&1 | tee "$work_dir/validate_$arch.log"
   done
 fi
 
@@ -106,7 +104,7 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   for arch in $archs; do
     ppl=()
     for split in valid test; do
-      ppl+=("$(metric "$work_dir/validate_${arch}_$split.log" 4 perplexity \
+      ppl+=("$(metric "$work_dir/validate_$arch.log" 4 perplexity \
         "valid on '$split' subset.*| ppl [0-9][0-9.]*")")
     done
     params="$(logged_parameters "$work_dir/train_$arch.log" 3)"
