@@ -36,3 +36,19 @@ def test_an_unregistered_architecture_is_refused_before_anything_runs(monkeypatc
     with pytest.raises(SystemExit):
         runpy.run_path(str(SCRIPT), run_name="__main__")
     assert "not registered transducer architectures: ['transformer_lm']" in capsys.readouterr().err
+
+
+def test_a_sub_sampler_timed_longer_than_its_encoder_prints_no_row(monkeypatch, capsys):
+    """At a batch so small that timing noise exceeds the layers' time, "the rest" would be negative: the script
+    fails naming the mode and architecture instead of printing it."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import measurement
+
+    times = {"mssm_transducer": {"eval": {"encoder": 10.0, "sub-sampler": 11.0}},
+             "transformer_transducer": {"eval": {"encoder": 10.0, "sub-sampler": 1.0}}}
+    monkeypatch.setattr(measurement, "child", lambda script, args: times[args[1]])
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--architectures", *ARCHITECTURES, "--modes", "eval"])
+    with pytest.raises(SystemExit, match=r"eval: the sub-sampler alone measured at least the whole encoder for "
+                                         r"\['mssm_transducer'\]"):
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert "| eval |" not in capsys.readouterr().out

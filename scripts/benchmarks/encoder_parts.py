@@ -85,6 +85,10 @@ def main() -> None:
     measured = {architecture: child(__file__, ["--one", architecture, *common]) for architecture in args.architectures}
     for mode in args.modes:
         parts = {architecture: (ms[mode]["encoder"], ms[mode]["sub-sampler"]) for architecture, ms in measured.items()}
+        noise = [architecture for architecture, (whole, sub) in parts.items() if sub >= whole]
+        if noise:  # "the rest" would be a difference of noise, not a time
+            raise SystemExit(f"{mode}: the sub-sampler alone measured at least the whole encoder for {noise}; "
+                             "nothing is printed for this mode: measure a larger batch or more --repeats")
         base_whole, base_sub = parts[reference]
         for architecture, (whole, sub) in parts.items():
             rest, base_rest = whole - sub, base_whole - base_sub
