@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import time
@@ -164,9 +163,12 @@ def row(args: argparse.Namespace, mode: str, label: str, beam: int, limit: int, 
     timed = child(__file__, ["--one", mode, str(beam), str(limit), "both", "--what", "time", *common], env)
     plain, fused = timed["plain"], timed["fused"]
     memory_env = dict(env or os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # as measurement.in_subprocess
-    for kind, result in (("plain", plain), ("fused", fused)):
-        result.update({"peak_mib": math.nan} if args.skip_memory else child(
-            __file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common], memory_env))
+    if args.skip_memory:
+        memory = "not measured"
+    else:
+        peaks = [child(__file__, ["--one", mode, str(beam), str(limit), kind, "--what", "memory", *common],
+                       memory_env)["peak_mib"] for kind in ("plain", "fused")]
+        memory = f"{peaks[0]:.0f} / {peaks[1]:.0f}"
     if mode == "offline":
         cost = [r["seconds"] / r["audio_seconds"] for r in (plain, fused)]
         shown = [f"{c:.4f}" for c in cost]
@@ -176,7 +178,7 @@ def row(args: argparse.Namespace, mode: str, label: str, beam: int, limit: int, 
     print(f"| {label} | {shown[0]} | {shown[1]} | {cost[1] / cost[0]:.2f}x "
           f"| {plain['cpu_seconds']:.2f} / {fused['cpu_seconds']:.2f} "
           f"| {fused['cpu_seconds'] / plain['cpu_seconds']:.2f}x | {fused['lm_calls']} "
-          f"| {plain['peak_mib']:.0f} / {fused['peak_mib']:.0f} | {plain['wer']:.1f} / {fused['wer']:.1f} |",
+          f"| {memory} | {plain['wer']:.1f} / {fused['wer']:.1f} |",
           flush=True)
 
 
@@ -192,7 +194,8 @@ def main() -> None:
     parser.add_argument("--stream-utterances", type=int, default=20, help="streaming: the first N utterances")
     parser.add_argument("--searches", nargs="+", choices=[label for label, _, _ in SEARCHES],
                         default=[label for label, _, _ in SEARCHES])
-    parser.add_argument("--skip-memory", action="store_true", help="leave the peak-memory children out (faster)")
+    parser.add_argument("--skip-memory", action="store_true",
+                        help="leave the peak-memory children out (faster; the column then says 'not measured')")
     parser.add_argument("--tables", nargs="+", choices=("offline", "streaming"), default=["offline", "streaming"])
     parser.add_argument("--baseline", type=Path, help="a checkout whose search to measure too, before this one's")
     add_measurement_arguments(parser, repeats=2)
