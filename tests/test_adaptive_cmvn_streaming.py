@@ -1,7 +1,6 @@
-"""Adaptive CMVN through the recognizer (needs the lead's edits to recognizer.py, stream.py, long_form.py, exporter.py
-and registration.py): a causal model decodes with ``cmvn_adapt_frames`` streamed in any chunks as offline, long files
-through the windows as whole, ``ssm-transcribe --cmvn-adapt`` streamed as offline; a data directory whose config
-applies ``adaptive_cmvn`` trains and decodes; the ONNX export refuses it.
+"""Adaptive CMVN through the recognizer: a causal model decodes with ``cmvn_adapt_frames`` streamed in any chunks as
+offline, long files through the windows as whole, ``ssm-transcribe --cmvn-adapt`` streamed as offline; a data
+directory whose config applies ``adaptive_cmvn`` trains and decodes, and exports to ONNX.
 
 A tiny causal model is trained for two epochs on 12 utterances of the mini corpus prepared with ``--cmvn global``
 and ``adaptive_cmvn`` added to its config.yaml (``features.adaptive_cmvn``'s configuration).
@@ -95,8 +94,21 @@ def test_cli_streams_as_offline(causal_adaptive, capsys):
     assert capsys.readouterr().out == offline
 
 
-def test_onnx_export_refuses_adaptive_cmvn(causal_adaptive):
-    from ssm_fairseq.deploy.exporter import UnsupportedModelError
-    data, checkpoint, _ = causal_adaptive
-    with pytest.raises(UnsupportedModelError, match="AdaptiveCMVN"):
-        checkpoint_metadata(Recognizer(checkpoint, device="cpu"))
+def test_a_model_trained_on_adaptive_cmvn_exports_to_onnx_and_transcribes_as_its_checkpoint(causal_adaptive,
+                                                                                              tmp_path):
+    """The export keeps the config's prior; the torch-free runtime's transcripts are the checkpoint's, file by file and
+    streamed in 80 ms chunks. Transforms the runtime does not have are refused, named."""
+    from ssm_fairseq.deploy.exporter import UnsupportedModelError, export_checkpoint
+    from ssm_fairseq.deploy.recognizer import OnnxRecognizer
+    data, checkpoint, files = causal_adaptive
+    export_checkpoint(checkpoint, tmp_path / "exported")
+    runtime = OnnxRecognizer(tmp_path / "exported", **SEARCH)
+    assert runtime.model.metadata["adaptive_cmvn"] == {"prior_frames": 50.0}
+    expected = Recognizer(checkpoint, device="cpu", **SEARCH).transcribe(files)
+    assert runtime.transcribe(files) == expected
+    stream = runtime.stream()
+    assert [stream.stream_file(f, 80).text for f in files] == expected
+    recognizer = Recognizer(checkpoint, device="cpu")
+    recognizer.feature_transforms.transforms.append(recognizer.feature_transforms.transforms[-1])
+    with pytest.raises(UnsupportedModelError, match=r"\['GlobalCMVN', 'AdaptiveCMVN', 'AdaptiveCMVN'\]"):
+        checkpoint_metadata(recognizer)

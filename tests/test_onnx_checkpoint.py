@@ -49,6 +49,31 @@ def test_the_export_transcribes_as_the_checkpoint(exported, search):
         assert [x for w in g.words for x in w[1:]] == pytest.approx([x for w in e.words for x in w[1:]], abs=1e-6)
 
 
+def test_an_export_with_adaptive_cmvn_hears_and_transcribes_as_the_checkpoint_decoding_with_it(exported, tmp_path):
+    """``--cmvn-adapt 50``: the runtime applies the data directory's global CMVN, then adaptive CMVN with the running
+    statistics of each file (or stream): the features ``Recognizer(cmvn_adapt_frames=50)`` computes (not those of the
+    export without it), and its transcripts, file by file and streamed in 80 ms chunks."""
+    from ssm_fairseq.deploy.filterbank import log_mel_filterbank
+    from ssm_fairseq.deploy.recognizer import read_16k_mono
+
+    checkpoint, plain, files = exported
+    out = tmp_path / "adaptive"
+    assert export_main(["--checkpoint", str(checkpoint), "--out", str(out), "--cmvn-adapt", "50"]) == 0
+    runtime = OnnxRecognizer(out)
+    assert runtime.model.metadata["adaptive_cmvn"] == {"prior_frames": 50.0}
+    assert OnnxRecognizer(plain).model.metadata["adaptive_cmvn"] is None
+    fbank = log_mel_filterbank(read_16k_mono(files[0]))
+    reference = Recognizer(checkpoint, device="cpu", cmvn_adapt_frames=50).feature_transforms(fbank)
+    assert runtime.normalised(fbank, runtime.adaptive_cmvn()) == pytest.approx(reference, abs=1e-4)
+    assert abs(OnnxRecognizer(plain).normalised(fbank) - reference).max() > 0.05  # adaptive CMVN moves the features
+    for search in sorted(SEARCHES):
+        expected = Recognizer(checkpoint, device="cpu", cmvn_adapt_frames=50, **SEARCHES[search]).transcribe(files)
+        recognizer = OnnxRecognizer(out, **SEARCHES[search])
+        assert recognizer.transcribe(files) == expected
+        stream = recognizer.stream()
+        assert [stream.stream_file(f, 80).text for f in files] == expected
+
+
 def test_the_command_names_what_it_refuses(exported, tmp_path, capsys):
     """Exit 1 and the error on stderr (the command's log), nothing written."""
     checkpoint, out, _ = exported

@@ -41,6 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "models; whole files only, no streaming)")
     parser.add_argument("--piece-frames", type=int, default=None, metavar="N",
                         help="--offline: encoder frames per piece of its chunked convolutions (default 16)")
+    parser.add_argument("--cmvn-adapt", dest="cmvn_adapt_frames", type=float, default=None, metavar="FRAMES",
+                        help="adaptive CMVN after the data directory's global CMVN, as ssm-transcribe --cmvn-adapt: "
+                             "each frame also normalised by the running statistics of its utterance or stream, "
+                             "pooled with FRAMES frames of the training set's (default: the directory's CMVN)")
     parser.add_argument("--int8", action="store_true", help="also write dynamically quantized copies (*.int8.onnx)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (once the new one is "
                         "complete)")
@@ -60,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         out = export_checkpoint(args.checkpoint, args.out, args.data_dir, args.chunk_frames or DEFAULT_CHUNK_FRAMES,
-                                args.int8, args.overwrite, args.offline, args.piece_frames or DEFAULT_PIECE_FRAMES)
+                                args.int8, args.overwrite, args.offline, args.piece_frames or DEFAULT_PIECE_FRAMES,
+                                args.cmvn_adapt_frames)
     except (OSError, ValueError) as error:  # named: not streamable, unsupported, missing files, --out exists
         logger.error(f"{type(error).__name__}: {error}")
         return 1

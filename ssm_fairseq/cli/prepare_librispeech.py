@@ -24,7 +24,7 @@ Output in ``--out``:
   every frame of the training subsets (sums in float64, std floored at ``sqrt(1e-8)`` as fairseq's
   ``cal_gcmvn_stats`` does), named as ``gcmvn.npz``, relative to the directory: what a streaming model needs, as
   it normalises each frame as it comes (``ssm_fairseq.asr.features.filterbank``). ``--cmvn adaptive``: global CMVN
-  followed by this package's ``adaptive_cmvn`` (``ssm_fairseq.asr.features.adaptive_cmvn``: each frame also
+  followed by this package's ``adaptive_cmvn`` (``ssm_fairseq.asr.features.running_cmvn``: each frame also
   normalised by the running statistics of its utterance so far, pooled with ``--cmvn-prior-frames`` frames of the
   training set's), in training and evaluation alike; causal, so a streaming model can use it too.
 
@@ -70,7 +70,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssm_fairseq.asr.features.adaptive_cmvn import check_prior_frames
+from ssm_fairseq.asr.features.running_cmvn import check_prior_frames
 from ssm_fairseq.asr.preparation.cmvn import (
     CMVN_CHOICES, DEFAULT_PRIOR_FRAMES, GLOBAL_STATS_CMVNS, CmvnError, check_cmvn, update_global_cmvn,
 )

@@ -201,7 +201,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--split-at-pauses cuts files with --checkpoint, offline or --stream, not with --onnx")
     if args.onnx is not None and (args.cmvn_stats is not None or args.cmvn_adapt_frames is not None):
         parser.error("--cmvn-stats and --cmvn-adapt set the features of --checkpoint; an --onnx directory applies the "
-                     "CMVN it was exported with")
+                     "CMVN it was exported with (ssm-export-onnx --cmvn-adapt)")
     if args.cmvn_adapt_frames is not None:
         try:
             DecodingOptions(cmvn_adapt_frames=args.cmvn_adapt_frames)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -181,35 +182,39 @@ def _move_into_place(work: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def runtime_metadata(dictionary, blank: int, suppress, frame_seconds: float, cmvn=None) -> dict:
+def runtime_metadata(dictionary, blank: int, suppress, frame_seconds: float, cmvn=None, adaptive=None) -> dict:
     """What a runtime needs besides the graphs: the features and their CMVN (``cmvn``: fairseq's ``GlobalCMVN``
-    transform, whose statistics are kept, its ``UtteranceCMVN``, whose settings are kept, or None), the vocabulary (a
-    fairseq ``Dictionary``'s units in id order), the blank, the units the search never emits (``suppress``) and those
-    the text drops (``<s>``, ``</s>``, as ``Dictionary.string``), ``<unk>``, and the seconds one encoder frame stands
-    for."""
+    transform, whose statistics are kept, its ``UtteranceCMVN``, whose settings are kept, or None; ``adaptive``: the
+    ``AdaptiveCMVN`` after global CMVN, whose prior is kept, or None), the vocabulary (a fairseq ``Dictionary``'s units
+    in id order), the blank, the units the search never emits (``suppress``) and those the text drops (``<s>``,
+    ``</s>``, as ``Dictionary.string``), ``<unk>``, and the seconds one encoder frame stands for."""
     utterance = cmvn is not None and type(cmvn).__name__ == "UtteranceCMVN"
+    # an infinite prior is global CMVN alone (and JSON has no infinity)
+    prior = None if adaptive is None or math.isinf(adaptive.prior_frames) else float(adaptive.prior_frames)
     return {"features": FEATURES,
             "global_cmvn": None if cmvn is None or utterance else {"mean": [float(v) for v in cmvn.mean],
                                                                    "std": [float(v) for v in cmvn.std]},
             "utterance_cmvn": {"norm_means": bool(cmvn.norm_means), "norm_vars": bool(cmvn.norm_vars)}
             if utterance else None,
+            "adaptive_cmvn": None if prior is None else {"prior_frames": prior},
             "vocabulary": list(dictionary.symbols), "blank": int(blank), "suppress": sorted(int(i) for i in suppress),
             "strip": sorted({int(dictionary.bos()), int(dictionary.eos())}), "unk": int(dictionary.unk()),
             "unk_word": dictionary.unk_word, "frame_seconds": float(frame_seconds)}
 
 
-OFFLINE_TRANSFORMS = ("GlobalCMVN", "UtteranceCMVN")
+RUNTIME_TRANSFORMS = ([], ["GlobalCMVN"], ["UtteranceCMVN"], ["GlobalCMVN", "AdaptiveCMVN"])
 
 
 def checkpoint_metadata(recognizer, offline: bool = False) -> dict:
     """``runtime_metadata`` of a loaded ``asr.Recognizer``. Raises ``NotStreamableError`` for a model or feature
-    transforms that need the whole utterance (unless ``offline``: the whole-utterance encoder takes global or
-    utterance CMVN) and ``UnsupportedModelError`` for a pre-tokenizer (its decoding has no torch-free form here)."""
+    transforms that need the whole utterance (unless ``offline``: the whole-utterance encoder takes utterance CMVN
+    too) and ``UnsupportedModelError`` for other feature transforms or a pre-tokenizer (its decoding has no torch-free
+    form here)."""
     transforms = [] if recognizer.feature_transforms is None else recognizer.feature_transforms.transforms
     names = [type(t).__name__ for t in transforms]
-    if len(names) > 1 or any(name not in OFFLINE_TRANSFORMS for name in names):  # adaptive CMVN too
+    if names not in RUNTIME_TRANSFORMS:
         raise UnsupportedModelError(f"the data directory's feature transforms {names}: the ONNX runtime applies "
-                                    "one of global or utterance CMVN")
+                                    "global CMVN (then, optionally, adaptive CMVN) or utterance CMVN")
     if not offline:
         problem = recognizer.streaming_problem()
         if problem:
@@ -217,25 +222,30 @@ def checkpoint_metadata(recognizer, offline: bool = False) -> dict:
     if recognizer.tokenizer is not None:
         raise UnsupportedModelError(f"the data directory's pre_tokenizer {recognizer.task.data_cfg.pre_tokenizer} "
                                     "rewrites the text after decoding; the ONNX runtime joins SentencePiece units only")
-    cmvn = transforms[0] if transforms else None  # one transform at most (above, or streaming_problem)
+    cmvn = transforms[0] if transforms else None  # global or utterance CMVN (above, or streaming_problem)
+    adaptive = transforms[1] if len(transforms) > 1 else None  # adaptive CMVN after global CMVN
     generator = recognizer.generator
     if set(generator.symbols_to_strip_from_output) != {recognizer.dictionary.bos(), recognizer.dictionary.eos()}:
         raise UnsupportedModelError(f"the search strips {sorted(generator.symbols_to_strip_from_output)} from its "
                                     "output; the runtime strips <s> and </s>")
     return runtime_metadata(recognizer.dictionary, recognizer.model.blank, generator.suppress,
-                            recognizer.frame_seconds, cmvn)
+                            recognizer.frame_seconds, cmvn, adaptive)
 
 
 def export_checkpoint(checkpoint: Path | str, out: Path | str, data_dir: Path | str | None = None,
                       chunk_frames: int = DEFAULT_CHUNK_FRAMES, int8: bool = False, overwrite: bool = False,
-                      offline: bool = False, piece_frames: int = DEFAULT_PIECE_FRAMES) -> Path:
+                      offline: bool = False, piece_frames: int = DEFAULT_PIECE_FRAMES,
+                      cmvn_adapt_frames: float | None = None) -> Path:
     """Export a ``speech_transducer`` checkpoint (with its data directory, or ``data_dir``) to ``out``: its
-    streaming chunk step, or with ``offline`` its whole-utterance encoder (``export_model``)."""
+    streaming chunk step, or with ``offline`` its whole-utterance encoder (``export_model``). ``cmvn_adapt_frames``:
+    adaptive CMVN after the data directory's global CMVN, as ``ssm-transcribe --cmvn-adapt`` decodes
+    (``asr.DecodingOptions``); None: the data directory's CMVN."""
     from ..asr.recognizer import Recognizer
     from ..asr.transducer.model import TransducerModel
 
     try:
-        recognizer = Recognizer(checkpoint, data_dir=data_dir, device="cpu", beam=1)
+        recognizer = Recognizer(checkpoint, data_dir=data_dir, device="cpu", beam=1,
+                                cmvn_adapt_frames=cmvn_adapt_frames)
     except ValueError as error:
         if "--task" in str(error):
             raise UnsupportedModelError(str(error)) from error

@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import ExportDirectoryError
 
 FORMAT = "ssm_fairseq-onnx-transducer"
-FORMAT_VERSION = 2  # 2: the encoder kind (streaming or offline) and utterance CMVN in the metadata
+FORMAT_VERSION = 3  # 2: the encoder kind (streaming or offline) and utterance CMVN in the metadata; 3: adaptive CMVN
 MANIFEST = "manifest.json"
 METADATA_KEY = "ssm_fairseq"
 GRAPHS = ("encoder", "predictor", "joiner")

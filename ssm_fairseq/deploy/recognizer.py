@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..asr.features.running_cmvn import RunningCMVN
 from ..asr.incremental_text import IncrementalText, unit_piece
 from ..asr.transcripts import InputError, TimedTranscript
 from .filterbank import SAMPLE_RATE, StreamingFilterbank, frame_count, log_mel_filterbank
@@ -55,21 +56,30 @@ class OnnxRecognizer:
         cmvn = meta["global_cmvn"]
         self.cmvn = None if cmvn is None else (np.array(cmvn["mean"]), np.array(cmvn["std"]))
         self.utterance_cmvn = meta["utterance_cmvn"]
+        adaptive = meta["adaptive_cmvn"]  # after global CMVN: the prior's weight in frames
+        self.adaptive_prior = None if adaptive is None else adaptive["prior_frames"]
         self.search_args = dict(beam=beam, search=search, max_symbols_per_frame=max_symbols_per_frame,
                                 suppress=meta["suppress"], blank_penalty=blank_penalty)
         build_search(self.model, **self.search_args)  # the arguments checked now, not at the first file
         self.length_norm = lenpen
 
-    def normalised(self, fbank: np.ndarray) -> np.ndarray:
+    def normalised(self, fbank: np.ndarray, adaptive: RunningCMVN | None = None) -> np.ndarray:
         """``T x 80`` filterbanks (the whole utterance's for utterance CMVN) -> the features the model saw in training
-        (global CMVN, in float64 as fairseq's ``GlobalCMVN``, then float32; or fairseq's ``UtteranceCMVN``);
-        ``ValueError`` unless all are finite."""
+        (global CMVN, in float64 as fairseq's ``GlobalCMVN``, then float32, then, if the export has it, adaptive CMVN
+        through ``adaptive``: the utterance's or stream's running statistics (``adaptive_cmvn``); or fairseq's
+        ``UtteranceCMVN``); ``ValueError`` unless all are finite (the running statistics unchanged then)."""
         features = fbank if self.cmvn is None or not len(fbank) else (fbank - self.cmvn[0]) / self.cmvn[1]
         if self.utterance_cmvn is not None and len(fbank):
             features = utterance_cmvn(fbank, **self.utterance_cmvn)
         if not np.isfinite(features).all():
             raise ValueError("features are not finite (NaN or inf in the audio)")
+        if adaptive is not None:
+            return adaptive(features.astype(np.float32))
         return features.astype(np.float32)
+
+    def adaptive_cmvn(self) -> RunningCMVN | None:
+        """A new utterance's or stream's adaptive CMVN state, None if the export has no adaptive CMVN."""
+        return None if self.adaptive_prior is None else RunningCMVN(self.adaptive_prior)
 
     def text(self, tokens: Sequence[int]) -> str:
         """Label ids -> words (``Dictionary.string(tokens, "sentencepiece")`` with the search's stripped symbols)."""
@@ -102,7 +112,7 @@ class OnnxRecognizer:
     def _whole_utterance(self, samples: np.ndarray, timestamps: bool) -> TimedTranscript:
         """One file's samples through an offline export: features, CMVN, the encoder on all of them, the search."""
         search = build_search(self.model, **self.search_args)
-        search.advance(self.model.encode_utterance(self.normalised(log_mel_filterbank(samples))))
+        search.advance(self.model.encode_utterance(self.normalised(log_mel_filterbank(samples), self.adaptive_cmvn())))
         return self.final_transcript(search, len(samples), timestamps)
 
     def transcribe(self, paths: Sequence[Path | str], timestamps: bool = False) -> list[str] | list[TimedTranscript]:
@@ -146,11 +156,12 @@ class OnnxStream:
         self.encoder = self.recognizer.model.encoder_stream()
         self.search = build_search(self.recognizer.model, **self.recognizer.search_args)
         self.partial_text = IncrementalText(self.recognizer.pieces)  # detokenizes only what changed since a chunk
+        self.cmvn = self.recognizer.adaptive_cmvn()  # the utterance's running statistics, if adaptive
         self.samples = 0
 
     def accept_features(self, fbank: np.ndarray, samples: int) -> None:
         """``T x 80`` filterbank frames of ``samples`` more samples -> into the encoder and the search."""
-        proj = self.encoder.accept(self.recognizer.normalised(fbank))
+        proj = self.encoder.accept(self.recognizer.normalised(fbank, self.cmvn))
         self.samples += samples
         if proj.shape[0]:
             self.search.advance(proj)

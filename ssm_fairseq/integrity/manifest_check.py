@@ -11,33 +11,11 @@ read, not its data). Errors name the manifest, its line and the utterance.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
-import numpy as np
+from ..asr.features.feature_files import npy_shape
+from ..asr.preparation.manifests import MANIFEST_COLUMNS
 from ..asr.transducer.data_config import DataDirectoryConfig
-
-COLUMNS = ("id", "audio", "n_frames", "tgt_text", "speaker")
-
-
-def npy_shape(path: Path) -> tuple[int, ...]:
-    """The array shape in a ``.npy`` header, without reading the data.
-
-    ``ValueError`` (or ``OSError``) if the file is not a ``.npy`` file or is shorter than its header says (a write
-    cut short, a 0-byte file left by a crash).
-    """
-    with open(path, "rb") as f:
-        try:
-            major, _ = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read_header(f)
-        except EOFError as error:
-            raise ValueError(str(error)) from None
-        expected = f.tell() + int(np.prod(shape)) * dtype.itemsize
-        size = os.fstat(f.fileno()).st_size
-    if size != expected:
-        raise ValueError(f"{size} bytes where its header promises {expected}")
-    return shape
 
 
 def feature_path(audio_root: str, audio: str) -> Path:
@@ -61,15 +39,15 @@ def check_manifest(root: Path, split: str, feature_dim: int, audio_root: str | N
     with open(manifest, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, delimiter="\t", quotechar=None, doublequote=False, lineterminator="\n",
                                 quoting=csv.QUOTE_NONE)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{manifest}:1: header lacks column(s) {', '.join(missing)} "
-                             f"(expected {' '.join(COLUMNS)})")
+                             f"(expected {' '.join(MANIFEST_COLUMNS)})")
         count = 0
         for line, row in enumerate(reader, start=2):
             count += 1
             where = f"{manifest}:{line}: utterance {row.get('id')!r}"
-            if None in row or any(row[c] is None for c in COLUMNS):
+            if None in row or any(row[c] is None for c in MANIFEST_COLUMNS):
                 raise ValueError(f"{where}: expected {len(reader.fieldnames)} tab-separated columns")
             if not row["n_frames"].isdigit() or int(row["n_frames"]) < 1:
                 raise ValueError(f"{where}: n_frames must be a positive integer, got {row['n_frames']!r}")

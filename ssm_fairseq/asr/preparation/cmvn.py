@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
 
-from ssm_fairseq.asr.features.adaptive_cmvn import ADAPTIVE_CMVN
-from ssm_fairseq.asr.transducer.data_config import GLOBAL_CMVN_STATS
-from .features import ExtractedSubset
+from ssm_fairseq.asr.features.running_cmvn import ADAPTIVE_CMVN
+
+if TYPE_CHECKING:  # an annotation only: the features need no CMVN
+    from .features import ExtractedSubset
 
 logger = logging.getLogger("prepare_librispeech")  # the log lines of every step of a preparation
 
 CMVN_CHOICES = ("utterance", "global", "adaptive")  # --cmvn: fairseq's utterance_cmvn, global_cmvn, + adaptive_cmvn
 GLOBAL_STATS_CMVNS = ("global", "adaptive")  # the --cmvn choices that need the training set's gcmvn.npz
+GLOBAL_CMVN_STATS = "gcmvn.npz"  # the global statistics' file in a data directory (--cmvn global, adaptive)
 DEFAULT_PRIOR_FRAMES = 300  # --cmvn adaptive: frames of the training statistics pooled with an utterance's own
 GLOBAL_CMVN_VARIANCE_FLOOR = 1e-8  # fairseq's cal_gcmvn_stats (examples/speech_to_text/data_utils.py)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from ssm_fairseq.asr.features.adaptive_cmvn import ADAPTIVE_CMVN
-from ssm_fairseq.asr.transducer.data_config import GLOBAL_CMVN_STATS
+from ssm_fairseq.asr.features.running_cmvn import ADAPTIVE_CMVN
+from .cmvn import GLOBAL_CMVN_STATS
 from .manifests import replace_file
 
 logger = logging.getLogger("prepare_librispeech")  # the log lines of every step of a preparation

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ssm_fairseq.asr.features.audio_features import NUM_MEL_BINS, AudioError, filterbank_features
-from ssm_fairseq.integrity.manifest_check import npy_shape
+from ssm_fairseq.asr.features.feature_files import npy_shape
 from .corpus import Utterance
 
 logger = logging.getLogger("prepare_librispeech")  # the log lines of every step of a preparation

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from fairseq.data.audio.data_cfg import S2TDataConfig
 
+from ..preparation.cmvn import GLOBAL_CMVN_STATS
+
 logger = logging.getLogger(__name__)
 
 GLOBAL_CMVN = "global_cmvn"  # fairseq's feature transform, and config.yaml's section holding its stats_npz_path
-GLOBAL_CMVN_STATS = "gcmvn.npz"  # the statistics' name in a data directory (ssm-prepare-librispeech --cmvn global)
 
 
 def resolve_in_data_directory(path: str, root: Path, is_directory: bool = False) -> Path:
