@@ -115,7 +115,7 @@ def test_the_torch_only_subpackages_do_not_import_fairseq():
     """``import ssm_fairseq.ssm`` (and the layers) used to import fairseq, 2 s, through the package's __init__; every
     module of the torch-only packages (the SSM kernels, the layers, the speech encoder, the transducer's parts)
     imports without it, and so does data preparation (``ssm-prepare-librispeech``: 4.6 s of its start-up was fairseq's
-    import, for two names and a header reader); ``import ssm_fairseq`` alone imports neither fairseq nor torch."""
+    import, for three names and a header reader); ``import ssm_fairseq`` alone imports neither fairseq nor torch."""
     result = run_in_repo(f"""
         import pkgutil, importlib, sys
         import ssm_fairseq
