@@ -86,31 +86,42 @@ def test_recipe_restarts_at_a_stage(recipe):
 
 def test_language_model_stages_train_an_lm_and_decode_with_fusion(recipe):
     """Stages 6-8: LM text and the bigram of the training transcripts, a tiny spade_lm, then stage 4's search at 2 LM
-    weights, and with LODR at the weight above 0 (none at LM weight 0); weight 0 is stage 4's search exactly (the
-    same hypotheses), the table has a row per pair of weights and repeats the row chosen on the first set."""
+    weights, and with LODR at the weight above 0 (none at LM weight 0), each at 2 blank penalties; weight 0 is stage
+    4's search exactly (the same hypotheses), the table has a row per triple and repeats the row chosen on the first
+    set. The grid's own options in DECODE_ARGS are refused."""
     work, env, _ = recipe
     env = dict(env, LM_MODEL_ARGS="--decoder-layers 1 --decoder-embed-dim 16 --decoder-ffn-embed-dim 32 "
                                   "--decoder-attention-heads 2 --attention-window 4 --ssm-state-size 4",
                LM_TRAIN_ARGS="--sample-break-mode eos --tokens-per-sample 1024 --batch-size 2 --lr 1e-3 "
-                             "--max-update 4 --num-workers 0", LM_WEIGHTS="0 0.5", ILM_WEIGHTS="0 2")
+                             "--max-update 4 --num-workers 0", LM_WEIGHTS="0 0.5", ILM_WEIGHTS="0 2",
+               BLANK_PENALTIES="0 5")
     out = run_ok(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh", "--stage", "6",
                   "--stop-stage", "8"], env=env)
     assert "stage 4" not in out and (work / "checkpoints/lm_spade_lm/checkpoint_best.pt").is_file()
     assert (work / "lm/bigram.json").is_file()
     table = (work / "wer_mssm_transducer_lm_spade_lm.md").read_text().splitlines()
-    assert table[0] == "| LM weight (spade_lm) | ILM weight (LODR) | test-fixture WER % |"
+    assert table[0] == "| LM weight (spade_lm) | ILM weight (LODR) | blank penalty | test-fixture WER % |"
     rows = [[cell.strip() for cell in row.strip("|").split("|")] for row in table[2:]]
-    assert [row[:2] for row in rows[:-1]] == [["0", "0"], ["0.5", "0"], ["0.5", "2"]]
-    best = min(rows[:-1], key=lambda row: float(row[2]))  # the first of the lowest, as min() picks
+    assert [row[:3] for row in rows[:-1]] == [["0", "0", "0"], ["0", "0", "5"], ["0.5", "0", "0"], ["0.5", "0", "5"],
+                                              ["0.5", "2", "0"], ["0.5", "2", "5"]]
+    best = min(rows[:-1], key=lambda row: float(row[3]))  # the first of the lowest, as min() picks
     assert rows[-1] == [f"chosen on test-fixture: {best[0]}", *best[1:]]
     hypotheses = {}
     for name in ("test-fixture", "lm_spade_lm_0/test-fixture", "lm_spade_lm_0.5/test-fixture",
-                 "lm_spade_lm_0.5_ilm_2/test-fixture"):
+                 "lm_spade_lm_0.5_ilm_2/test-fixture", "lm_spade_lm_0.5_bp_5/test-fixture",
+                 "lm_spade_lm_0.5_ilm_2_bp_5/test-fixture"):
         decoded = (work / f"decode/mssm_transducer/{name}/generate-test-fixture.txt").read_text()
         hypotheses[name] = sorted(re.findall(r"^H-\d+\t.*$", decoded, flags=re.M))
     assert hypotheses["lm_spade_lm_0/test-fixture"] == hypotheses["test-fixture"]
     assert hypotheses["lm_spade_lm_0.5/test-fixture"] != hypotheses["test-fixture"]  # fused scores
     assert hypotheses["lm_spade_lm_0.5_ilm_2/test-fixture"] != hypotheses["lm_spade_lm_0.5/test-fixture"]  # LODR
+    assert hypotheses["lm_spade_lm_0.5_bp_5/test-fixture"] != hypotheses["lm_spade_lm_0.5/test-fixture"]  # penalty
+    assert hypotheses["lm_spade_lm_0.5_ilm_2_bp_5/test-fixture"] != hypotheses["lm_spade_lm_0.5_ilm_2/test-fixture"]
+
+    refused = subprocess.run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh",
+                              "--stage", "8", "--stop-stage", "8"], capture_output=True, text=True, cwd=REPO,
+                             env=dict(env, DECODE_ARGS="--beam 2 --blank-penalty 1"))
+    assert refused.returncode == 2 and "DECODE_ARGS sets --blank-penalty" in refused.stderr
 
 
 def test_recipe_names_a_missing_subset(tmp_path):

@@ -14,8 +14,9 @@
 # fairseq-preprocess with the data's dict.txt (and, when ilm_weights holds a weight above 0, the bigram of the
 # training transcripts for LODR: scripts/build_bigram.py), 7 fairseq-train --task language_modeling --arch LM_ARCH,
 # 8 stage 4's search fused with the LM (fairseq-generate --lm-path --lm-weight) at each weight of lm_weights, and with
-# LODR at each pair of lm_weights x ilm_weights (--ilm-path --ilm-weight), and a WER table whose last row repeats the
-# row with the lowest WER on the first evaluation set (the weights chosen on dev).
+# LODR at each pair of lm_weights x ilm_weights (--ilm-path --ilm-weight), each at every blank penalty of
+# blank_penalties (--blank-penalty: the length reward), and a WER table whose last row repeats the row with the lowest
+# WER on the first evaluation set (the weights chosen on dev).
 #
 # --conf: conf/librispeech.sh (LibriSpeech 960 h, the default), conf/mini.sh (the shipped mini corpus; what
 # `make demo` runs) or conf/mini_streaming.sh (the mini corpus, a causal model that streams). Environment:
@@ -55,6 +56,7 @@ lm_dir="$work_dir/lm"
 lm_save_dir="$work_dir/checkpoints/lm_$lm_arch"
 bigram="$lm_dir/bigram.json"
 ilm_weights="${ilm_weights:-0}"
+blank_penalties="${blank_penalties:-0}"
 is_zero() { awk -v w="$1" 'BEGIN { exit !(w == 0) }'; }  # is_zero WEIGHT: numerically 0 (0, 0.0, ...)
 # LODR runs when ilm_weights (ILM_WEIGHTS in a conf) holds a weight above 0
 lodr=0
@@ -172,35 +174,48 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
   lm_checkpoint="$lm_save_dir/checkpoint_best.pt"
   [[ -f "$lm_checkpoint" ]] || { echo "no language model $lm_checkpoint: run stage 7 first" >&2; exit 1; }
   [[ "$lodr" == 0 || -f "$bigram" ]] || { echo "no bigram $bigram for ILM_WEIGHTS=$ilm_weights: run stage 6" >&2; exit 1; }
-  table_start "LM weight ($lm_arch)" "ILM weight (LODR)" "${wer_columns[@]}"
+  # the grid's own options in DECODE_ARGS would decode other settings than the table's rows name
+  for flag in --lm-path --lm-weight --ilm-path --ilm-weight --blank-penalty; do
+    if [[ " ${DECODE_ARGS:-} " == *" $flag "* || " ${DECODE_ARGS:-} " == *" $flag="* ]]; then
+      echo "DECODE_ARGS sets $flag, which stage 8 sets per row (LM_WEIGHTS, ILM_WEIGHTS, BLANK_PENALTIES)" >&2
+      exit 2
+    fi
+  done
+  table_start "LM weight ($lm_arch)" "ILM weight (LODR)" "blank penalty" "${wer_columns[@]}"
   best_row=() best_wer=
   for weight in $lm_weights; do
     for ilm_weight in $ilm_weights; do
       # LODR subtracts the bigram from a fused score: without the LM (weight 0) there is nothing to correct
       if ! is_zero "$ilm_weight" && is_zero "$weight"; then continue; fi
-      lodr_args=() suffix=
-      if ! is_zero "$ilm_weight"; then
-        lodr_args=(--ilm-path "$bigram" --ilm-weight "$ilm_weight")
-        suffix="_ilm_$ilm_weight"
-      fi
-      wers=()
-      for subset in $eval_sets; do
-        out="$work_dir/decode/$arch/lm_${lm_arch}_$weight$suffix/$subset"
-        log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight ${lodr_args[*]} -> $out"
-        # shellcheck disable=SC2086
-        run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
-          --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
-          --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" "${lodr_args[@]}" \
-          --results-path "$out" ${DECODE_ARGS:-} > /dev/null
-        wers+=("$(metric "$out/generate-$subset.txt" 8 WER "$wer_line")")
+      for blank_penalty in $blank_penalties; do
+        grid_args=() suffix=
+        if ! is_zero "$ilm_weight"; then
+          grid_args=(--ilm-path "$bigram" --ilm-weight "$ilm_weight")
+          suffix="_ilm_$ilm_weight"
+        fi
+        if ! is_zero "$blank_penalty"; then
+          grid_args+=(--blank-penalty "$blank_penalty")
+          suffix+="_bp_$blank_penalty"
+        fi
+        wers=()
+        for subset in $eval_sets; do
+          out="$work_dir/decode/$arch/lm_${lm_arch}_$weight$suffix/$subset"
+          log "stage 8: fairseq-generate $subset, beam $beam, --lm-weight $weight ${grid_args[*]} -> $out"
+          # shellcheck disable=SC2086
+          run fairseq-generate "$data_dir" --user-dir "$user_dir" --task speech_transducer \
+            --path "$averaged" --gen-subset "$subset" --beam "$beam" --scoring wer --post-process sentencepiece \
+            --max-tokens "$decode_max_tokens" --lm-path "$lm_checkpoint" --lm-weight "$weight" "${grid_args[@]}" \
+            --results-path "$out" ${DECODE_ARGS:-} > /dev/null
+          wers+=("$(metric "$out/generate-$subset.txt" 8 WER "$wer_line")")
+        done
+        table_add "$weight" "$ilm_weight" "$blank_penalty" "${wers[@]}"
+        # the weights chosen on dev: the lowest WER on the first evaluation set, the first such row on a tie
+        if [[ -z "$best_wer" ]] || awk -v a="${wers[0]}" -v b="$best_wer" 'BEGIN { exit !(a < b) }'; then
+          best_wer="${wers[0]}" best_row=("$weight" "$ilm_weight" "$blank_penalty" "${wers[@]}")
+        fi
       done
-      table_add "$weight" "$ilm_weight" "${wers[@]}"
-      # the weights chosen on dev: the lowest WER on the first evaluation set, the first such row on a tie
-      if [[ -z "$best_wer" ]] || awk -v a="${wers[0]}" -v b="$best_wer" 'BEGIN { exit !(a < b) }'; then
-        best_wer="${wers[0]}" best_row=("$weight" "$ilm_weight" "${wers[@]}")
-      fi
     done
   done
-  table_add "chosen on ${eval_sets%% *}: ${best_row[0]}" "${best_row[1]}" "${best_row[@]:2}"
+  table_add "chosen on ${eval_sets%% *}: ${best_row[0]}" "${best_row[@]:1}"
   table_print "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi

@@ -54,3 +54,6 @@ lm_weights="${LM_WEIGHTS:-0 0.1 0.2 0.3 0.5}"
 # LODR (stage 8): each weight above 0 subtracts that times a bigram of the training transcripts (built by stage 6)
 # from every fused unit's score, at each LM weight above 0; 0 alone: shallow fusion only
 ilm_weights="${ILM_WEIGHTS:-0 0.2}"
+# stage 8: each blank penalty (fairseq-generate --blank-penalty, icefall's) at each pair of weights, the length
+# reward for the deletions fusion adds; 0 alone: none
+blank_penalties="${BLANK_PENALTIES:-0 1}"
