@@ -118,10 +118,14 @@ def test_language_model_stages_train_an_lm_and_decode_with_fusion(recipe):
     assert hypotheses["lm_spade_lm_0.5_bp_5/test-fixture"] != hypotheses["lm_spade_lm_0.5/test-fixture"]  # penalty
     assert hypotheses["lm_spade_lm_0.5_ilm_2_bp_5/test-fixture"] != hypotheses["lm_spade_lm_0.5_ilm_2/test-fixture"]
 
-    refused = subprocess.run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh",
-                              "--stage", "8", "--stop-stage", "8"], capture_output=True, text=True, cwd=REPO,
-                             env=dict(env, DECODE_ARGS="--beam 2 --blank-penalty 1"))
-    assert refused.returncode == 2 and "DECODE_ARGS sets --blank-penalty" in refused.stderr
+    # refused before any stage runs (here stage 7's training would come first)
+    for decode_args, flag in (("--beam 2 --blank-penalty 1", "--blank-penalty"), ("--lm-weight=0.3", "--lm-weight"),
+                              ("--ilm-path x.json --nbest 1", "--ilm-path")):
+        refused = subprocess.run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh",
+                                  "--stage", "7", "--stop-stage", "8"], capture_output=True, text=True, cwd=REPO,
+                                 env=dict(env, DECODE_ARGS=decode_args))
+        assert refused.returncode == 2 and f"DECODE_ARGS sets {flag}," in refused.stderr
+        assert "stage 7" not in refused.stdout + refused.stderr
 
 
 def test_recipe_names_a_missing_subset(tmp_path):

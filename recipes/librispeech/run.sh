@@ -69,6 +69,17 @@ wer_line='^Generate .* WER: [0-9][0-9.]*$'
 # every subset once, in order: training, validation, evaluation
 all_subsets="$(echo $train_sets ${valid_sets//,/ } $eval_sets | tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')"
 
+# stage 8's grid options in DECODE_ARGS would decode other settings than its table's rows name: refused before any
+# stage runs
+if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
+  for flag in --lm-path --lm-weight --ilm-path --ilm-weight --blank-penalty; do
+    if [[ " ${DECODE_ARGS:-} " == *" $flag "* || " ${DECODE_ARGS:-} " == *" $flag="* ]]; then
+      echo "DECODE_ARGS sets $flag, which stage 8 sets per row (LM_WEIGHTS, ILM_WEIGHTS, BLANK_PENALTIES)" >&2
+      exit 2
+    fi
+  done
+fi
+
 if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
   for subset in $all_subsets; do
     if [[ -d "$corpus_root/$subset" ]]; then
@@ -174,13 +185,6 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
   lm_checkpoint="$lm_save_dir/checkpoint_best.pt"
   [[ -f "$lm_checkpoint" ]] || { echo "no language model $lm_checkpoint: run stage 7 first" >&2; exit 1; }
   [[ "$lodr" == 0 || -f "$bigram" ]] || { echo "no bigram $bigram for ILM_WEIGHTS=$ilm_weights: run stage 6" >&2; exit 1; }
-  # the grid's own options in DECODE_ARGS would decode other settings than the table's rows name
-  for flag in --lm-path --lm-weight --ilm-path --ilm-weight --blank-penalty; do
-    if [[ " ${DECODE_ARGS:-} " == *" $flag "* || " ${DECODE_ARGS:-} " == *" $flag="* ]]; then
-      echo "DECODE_ARGS sets $flag, which stage 8 sets per row (LM_WEIGHTS, ILM_WEIGHTS, BLANK_PENALTIES)" >&2
-      exit 2
-    fi
-  done
   table_start "LM weight ($lm_arch)" "ILM weight (LODR)" "blank penalty" "${wer_columns[@]}"
   best_row=() best_wer=
   for weight in $lm_weights; do
@@ -216,6 +220,7 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
       done
     done
   done
+  [[ ${#best_row[@]} -gt 0 ]] || { echo "stage 8 decoded nothing: LODR (ILM_WEIGHTS=$ilm_weights) needs an LM weight above 0 in LM_WEIGHTS=$lm_weights" >&2; exit 1; }
   table_add "chosen on ${eval_sets%% *}: ${best_row[0]}" "${best_row[@]:1}"
   table_print "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi

@@ -26,7 +26,8 @@ max_epoch="${MAX_EPOCH:-200}"
 max_tokens="${MAX_TOKENS:-40000}"
 update_freq="${UPDATE_FREQ:-1}"
 average_last="${AVERAGE_LAST:-10}"
-# exact beam search, no --blank-penalty: what measured best on the mini corpus (not measured on LibriSpeech)
+# exact beam search, no --blank-penalty: what measured best on the mini corpus's dev set (not measured on
+# LibriSpeech); stage 8 sweeps BLANK_PENALTIES below
 beam="${BEAM:-4}"
 decode_max_tokens="${DECODE_MAX_TOKENS:-100000}"
 # Language-model fusion (stages 6-8): spade_lm (its defaults: 6 layers of 512, window 128, an S4 global layer) on

@@ -36,7 +36,8 @@ max_tokens="${MAX_TOKENS:-1500}"
 update_freq="${UPDATE_FREQ:-1}"
 average_last="${AVERAGE_LAST:-3}"
 # exact beam search (the default --search), no --blank-penalty: best on test-mini in one run of an earlier
-# release (CHANGELOG.md); modified search and blank penalties are DECODE_ARGS="--search modified --blank-penalty 0.5"
+# release (CHANGELOG.md); stage 4's modified search and blank penalty are DECODE_ARGS="--search modified
+# --blank-penalty 0.5" (stage 8 sweeps its own blank penalties, BLANK_PENALTIES below, and refuses one in DECODE_ARGS)
 beam="${BEAM:-4}"
 decode_max_tokens="${DECODE_MAX_TOKENS:-20000}"
 # Language-model fusion (stages 6-8): a small spade_lm on the training transcripts (lm_train_text empty), then the
