@@ -6,7 +6,9 @@
 #   scripts/seed_spread.sh [--conf FILE] [--seeds "1 2 3 4 5"] [--work-dir DIR] [--arch NAME] [--jobs N]
 #
 # --jobs N trains N seeds at once, each with OMP_NUM_THREADS = (CPU cores / N) unless OMP_NUM_THREADS is set
-# (on a 2-core CPU, --jobs 2 finishes 5 seeds sooner than one at a time; on a GPU leave it at 1).
+# (on a 2-core CPU, --jobs 2 finishes 5 seeds sooner than one at a time; on a GPU leave it at 1). Two runs of this
+# script at once share the cores too: give each its OMP_NUM_THREADS (e.g. 1 and 1 on 2 cores), else each job takes
+# all of them and the threads fight (on 2 cores, training ran 6x slower).
 # Defaults: conf recipes/librispeech/conf/mini.sh, seeds 1-5, work directory exp/seed_spread/<conf name>.
 # Stages 0-1 (data) run once into WORK/data; stages 2-5 run per seed into WORK/seed<N> (log in WORK/seed<N>/run.log).
 # A seed that already has its WER table is not re-run (delete WORK/seed<N> to redo it); an interrupted seed
