@@ -126,6 +126,12 @@ def test_language_model_stages_train_an_lm_and_decode_with_fusion(recipe):
                                  env=dict(env, DECODE_ARGS=decode_args))
         assert refused.returncode == 2 and f"DECODE_ARGS sets {flag}," in refused.stderr
         assert "stage 7" not in refused.stdout + refused.stderr
+    # a grid without a row to decode fails, naming the grid, and leaves the table of the last run as it was
+    empty = subprocess.run(["bash", "recipes/librispeech/run.sh", "--conf", "recipes/librispeech/conf/mini.sh",
+                            "--stage", "8", "--stop-stage", "8"], capture_output=True, text=True, cwd=REPO,
+                           env=dict(env, LM_WEIGHTS="0", ILM_WEIGHTS="2"))
+    assert empty.returncode == 1 and "stage 8 decoded nothing" in empty.stderr and "ILM_WEIGHTS='2'" in empty.stderr
+    assert (work / "wer_mssm_transducer_lm_spade_lm.md").read_text().splitlines() == table
 
 
 def test_recipe_names_a_missing_subset(tmp_path):

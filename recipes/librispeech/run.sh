@@ -220,7 +220,11 @@ if [[ $stage -le 8 && $stop_stage -ge 8 ]]; then
       done
     done
   done
-  [[ ${#best_row[@]} -gt 0 ]] || { echo "stage 8 decoded nothing: LODR (ILM_WEIGHTS=$ilm_weights) needs an LM weight above 0 in LM_WEIGHTS=$lm_weights" >&2; exit 1; }
+  if [[ ${#best_row[@]} -eq 0 ]]; then
+    echo "stage 8 decoded nothing: no row in LM_WEIGHTS='$lm_weights' x ILM_WEIGHTS='$ilm_weights' x" \
+      "BLANK_PENALTIES='$blank_penalties' (LODR needs an LM weight above 0)" >&2
+    exit 1
+  fi
   table_add "chosen on ${eval_sets%% *}: ${best_row[0]}" "${best_row[@]:1}"
   table_print "$work_dir/wer_${arch}_lm_$lm_arch.md"
 fi
