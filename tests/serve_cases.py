@@ -141,13 +141,23 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def normalized_correlation(heard: np.ndarray, sent: np.ndarray) -> tuple[float, int]:
-    """The peak of the normalized cross-correlation of ``heard`` with ``sent`` over the overlap, and its lag."""
-    size = 1 << (len(heard) + len(sent) - 1).bit_length()
-    product = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(sent, size)), size)
-    lag = int(np.argmax(product))  # circular: lags below 0 wrap to the end
-    lag = lag - size if lag > len(heard) else lag
-    start_h, start_s = max(lag, 0), max(-lag, 0)
-    n = min(len(heard) - start_h, len(sent) - start_s)
-    a, b = heard[start_h:start_h + n], sent[start_s:start_s + n]
-    return float(a @ b / np.sqrt((a @ a) * (b @ b))), lag
+def aligned_windows(heard: np.ndarray, sent: np.ndarray, window: int, first: int = 0) -> list[tuple[float, int]]:
+    """Where each ``window`` samples of ``sent`` from sample ``first`` on (those with audio in them) are found in ``heard``: for each, the peak of
+    their normalized cross-correlation with ``heard`` and its lag (position in ``heard`` minus position in ``sent``).
+
+    Window by window, so that a block the capture dropped or repeated under load (a real-time glitch of the browser's
+    fake device, not of the audio's content) shifts the later windows' lags instead of lowering one global
+    correlation."""
+    energy = np.concatenate([[0.0], np.cumsum(heard.astype(np.float64) ** 2)])
+    found = []
+    for start in range(first, len(sent) - window + 1, window):
+        piece = sent[start:start + window].astype(np.float64)
+        if np.sqrt(np.mean(piece ** 2)) < 0.01:
+            continue  # silence: it matches anything
+        size = 1 << (len(heard) + window - 1).bit_length()
+        product = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(piece, size)), size)
+        product = product[:len(heard) - window + 1]  # lags at which the window lies wholly inside heard
+        scale = np.sqrt(np.maximum(energy[window:] - energy[:-window], 1e-12) * (piece @ piece))
+        position = int(np.argmax(product / scale))
+        found.append((float(product[position] / scale[position]), position - start))
+    return found
