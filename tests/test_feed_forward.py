@@ -1,10 +1,15 @@
-"""The feed-forward block's lean backward pass: the gradients of plain autograd, with less kept for it."""
+"""The feed-forward block's lean backward pass: the gradients of plain autograd, with less kept for it; and its
+evaluation block by block on a CPU: the plain block's outputs."""
 from __future__ import annotations
 
+import io
+
+import onnxruntime
 import pytest
 import torch
 import torch.nn.functional as F
 
+from ssm_fairseq.layers import feed_forward
 from ssm_fairseq.layers.feed_forward import ACTIVATIONS, DROPPED, FeedForward, _activation_backward
 
 
@@ -91,3 +96,51 @@ def test_bf16_autocast_matches_float32():
     for got, want in zip(low, full):
         assert got.dtype == want.dtype == torch.float32
         assert (got - want).abs().max() <= 0.05 * want.abs().max()
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_evaluation_block_by_block_is_the_plain_block(monkeypatch, activation, dtype):
+    """More hidden activations than a block holds: several blocks and a shorter last one, each position's output the
+    plain block's within rounding (the same products row by row; a product of fewer rows may round differently)."""
+    monkeypatch.setattr(feed_forward, "BLOCK_ELEMENTS", 7 * 24)  # 7 positions a block
+    ffn = FeedForward(6, 24, activation, dropout=0.5).to(dtype).eval()
+    x = torch.randn(3, 17, 6, dtype=dtype)  # 51 positions: 7 blocks of 7, then 2
+    calls = []
+    monkeypatch.setattr(feed_forward, "_blocked_evaluation",
+                        lambda *args: calls.append(len(args)) or _blocked(*args))
+    with torch.no_grad():
+        got = ffn(x)
+        assert calls, "the blocked path did not run"
+        torch.testing.assert_close(got, ffn.net(x))
+        assert got.shape == x.shape and got.is_contiguous()
+
+
+_blocked = feed_forward._blocked_evaluation
+
+
+def test_evaluation_runs_whole_where_blocks_do_not_pay(monkeypatch):
+    """One block or less, autograd, autocast, tracing, the ONNX export, a linear without bias, or another dtype: the
+    plain block."""
+    monkeypatch.setattr(feed_forward, "BLOCK_ELEMENTS", 7 * 24)
+    ffn = FeedForward(6, 24, "gelu").eval()
+    monkeypatch.setattr(feed_forward, "_blocked_evaluation", lambda *args: pytest.fail("ran block by block"))
+    small, large = torch.randn(7, 6), torch.randn(3, 17, 6)
+    with torch.no_grad():
+        ffn(small)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ffn(large)
+        traced = torch.jit.trace(ffn, (large,), check_trace=False)  # (the check calls it untraced, in blocks)
+        other = torch.randn(2, 30, 6)
+        torch.testing.assert_close(traced(other), ffn.net(other))  # the whole block traced, not 7 blocks of one shape
+        ffn.half()(large.half())
+        ffn.float()
+        onnx = io.BytesIO()  # the ONNX export (TorchScript's tracer): the whole block, for any length
+        torch.onnx.export(ffn, (large,), onnx, input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "length"}},
+                          dynamo=False)
+    session = onnxruntime.InferenceSession(onnx.getvalue(), providers=["CPUExecutionProvider"])
+    torch.testing.assert_close(torch.from_numpy(session.run(None, {"x": other.numpy()})[0]), ffn.net(other))
+    ffn.float()(large)  # autograd
+    ffn.net[0].bias = None
+    with torch.no_grad():
+        torch.testing.assert_close(ffn(large), ffn.net(large))

@@ -6,6 +6,14 @@ pass. The dropout mask is kept inside ``h``: a dropped unit's ``h`` is overwritt
 activation of ``ACTIVATIONS`` and its derivative are exactly 0 (in float16 to float64; tested), so recomputing from
 ``h`` gives the dropped activations and their gradient directly. Plain autograd would also keep the activations that
 the second linear reads and dropout's mask (on a CPU as floats).
+
+In evaluation on a CPU, a batch of more than ``BLOCK_ELEMENTS`` hidden activations runs block by block: each block of
+positions through both linears and the activation in one reused buffer (``_blocked_evaluation``), so that the hidden
+activations never exist whole. At a recipe's batch (``fairseq-generate --max-tokens 40000``: 9,750 positions of
+width 512, hidden 2,048) the whole hidden tensor is 80 MB, written by the first product, read and written by the
+activation and read by the second product, each pass from memory and each new tensor faulted in page by page; block by
+block it stays in cache (``scripts/benchmarks/encoder_parts.py``, docs/benchmarks.md). Each position's output is the
+plain block's within rounding (the same products, row by row; a product of fewer rows may round differently).
 """
 from __future__ import annotations
 
@@ -15,6 +23,9 @@ from torch import Tensor, nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 DROPPED = -1e4  # a dropped unit's kept pre-activation: every activation above and its derivative are 0 there
+# in evaluation on a CPU, hidden activations per block of positions (8 MiB of float32: 4096 positions of a 512-wide
+# hidden layer, 1024 of a 2048-wide one), where a batch has more
+BLOCK_ELEMENTS = 1 << 21
 
 
 def build_activation(name: str) -> nn.Module:
@@ -33,6 +44,44 @@ def _activation_backward(activation: nn.Module, grad: Tensor, h: Tensor) -> Tens
     if isinstance(activation, nn.ReLU):
         return torch.ops.aten.threshold_backward(grad, h, 0)
     raise TypeError(f"no backward rule for the activation {activation}")
+
+
+def _activate_in_place(activation: nn.Module, h: Tensor) -> Tensor:
+    """``activation(h)`` written into ``h``."""
+    if isinstance(activation, nn.GELU):
+        return torch.ops.aten.gelu_(h, approximate=activation.approximate)
+    if isinstance(activation, nn.SiLU):
+        return F.silu(h, inplace=True)
+    if isinstance(activation, nn.ReLU):
+        return h.relu_()
+    raise TypeError(f"no in-place form of the activation {activation}")
+
+
+def _blocked_evaluation(x: Tensor, first: nn.Linear, activation: nn.Module, second: nn.Linear) -> Tensor:
+    """``second(activation(first(x)))`` (``... x D``, no autograd) in blocks of ``BLOCK_ELEMENTS // hidden`` positions,
+    the hidden activations of each block in one reused buffer and each block's output written in place."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = rows.new_empty(rows.shape[0], second.out_features)
+    block = max(1, BLOCK_ELEMENTS // first.out_features)
+    hidden = rows.new_empty(min(block, rows.shape[0]), first.out_features)
+    for start in range(0, rows.shape[0], block):
+        piece = rows[start:start + block]
+        h = torch.addmm(first.bias, piece, first.weight.t(), out=hidden[:piece.shape[0]])
+        torch.addmm(second.bias, _activate_in_place(activation, h), second.weight.t(), out=out[start:start + block])
+    return out.view(*x.shape[:-1], second.out_features)
+
+
+def _blocks_pay(x: Tensor, first: nn.Linear, second: nn.Linear) -> bool:
+    """Whether evaluation runs block by block: on a CPU, in float32 or float64 without autocast, both linears with
+    biases, more than one block, and not while tracing, exporting or compiling (which would unroll the blocks of one
+    shape)."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.dtype != first.weight.dtype:
+        return False
+    if first.bias is None or second.bias is None:
+        return False
+    if x.numel() // x.shape[-1] * first.out_features <= BLOCK_ELEMENTS or torch.is_autocast_enabled("cpu"):
+        return False
+    return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
 
 
 class _LeanFeedForward(torch.autograd.Function):
@@ -88,6 +137,8 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         first, activation, dropout, second = self.net
         if not self.training:  # evaluation, e.g. a generated token: the block without its modules' calls
+            if not torch.is_grad_enabled() and _blocks_pay(x, first, second):
+                return _blocked_evaluation(x, first, activation, second)
             return F.linear(activation(F.linear(x, first.weight, first.bias)), second.weight, second.bias)
         if not torch.is_grad_enabled():
             return self.net(x)
