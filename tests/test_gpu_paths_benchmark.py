@@ -16,6 +16,8 @@ WORKLOADS = ("MSSM encoder layer, 250 frames, training step",
              "mssm_transducer encoder, 1 s, batch 1, training step", "mssm_transducer encoder, 1 s, batch 1, inference",
              "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step",
              "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step, convolved chunk by chunk",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference, convolved chunk by chunk",
              "MSSM masked-LM layer, 256 tokens, training step", "SPADE LM generation, context 256, per token",
              "spade_t5_small training step, 256 source tokens")
 

@@ -7,7 +7,10 @@ Rows (``--dry-run`` lists them with their sizes), in this order, each printed as
   GPU kernels each launches (``torch.profiler``, CUDA only);
 * the ``mssm_transducer`` encoder (16 layers) against ``transformer_transducer``'s (20), a training step and
   inference, at batch 1 (10 s) and at the LibriSpeech recipe's batch (``--max-tokens 40000``: 26 utterances of
-  13.5-15 s, ``encoders.mix_batch_frames``), in utterance-seconds per second as well (``encoders.py``);
+  13.5-15 s, ``encoders.mix_batch_frames``), in utterance-seconds per second as well (``encoders.py``); at the
+  recipe's batch once more with the MSSM kernels convolved chunk by chunk on the GPU too (``ssm/chunked_conv.py``,
+  matrix products instead of FFTs, as on a CPU from ``batched_kernels.CHUNKED_MIN_POSITIONS``; on a GPU the FFT is
+  shipped): whether that path should be the GPU's as well at this batch;
 * the MSSM masked-LM layer against the sliding-window (256) and full-attention layers at 4096 tokens
   (``mlm_layers.py``);
 * SPADE LM generation against ``transformer_lm``, ms per token after an 8192-token context (``spade_lm.py``);
@@ -44,6 +47,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -73,6 +77,17 @@ def use_gpu_paths(on: bool) -> None:
     """Switch both GPU paths on (as shipped) or off (kernels one by one, the CPU's Cauchy chunk)."""
     batched_kernels.BATCHED_DEVICES = GPU_BATCHED if on else ()
     structured_products.CUDA_CAUCHY_CHUNK_ELEMENTS = GPU_CHUNK if on else structured_products.CAUCHY_CHUNK_ELEMENTS
+
+
+@contextmanager
+def convolved_chunk_by_chunk(device: str):
+    """MSSM kernels convolved chunk by chunk on ``device`` too (``batched_kernels.CHUNKED_DEVICES``), while open."""
+    devices = batched_kernels.CHUNKED_DEVICES
+    batched_kernels.CHUNKED_DEVICES = (*devices, device)
+    try:
+        yield
+    finally:
+        batched_kernels.CHUNKED_DEVICES = devices
 
 
 def kernel_launches(run, device: str) -> float:
@@ -129,6 +144,13 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, object, dict, bool]]:
                 return lambda c: transducer_encoder(name, frames, mode, args, c)
             rows.append((f"mssm_transducer encoder, {label}, {what}", arch("mssm_transducer"),
                          {"transformer_transducer": arch("transformer_transducer")}, compilable))
+    for mode, what in (("train", "training step"), ("eval", "inference")):
+        def chunked(c, mode=mode):
+            with convolved_chunk_by_chunk(args.device):
+                return transducer_encoder("mssm_transducer", recipe, mode, args, c)
+        rows.append((f"mssm_transducer encoder, {batches[-1][0]}, {what}, convolved chunk by chunk", chunked,
+                     {"transformer_transducer": lambda c, mode=mode: transducer_encoder(
+                         "transformer_transducer", recipe, mode, args, c)}, False))
     L = 256 if small else 4096
 
     def mlm(name):
