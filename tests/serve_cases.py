@@ -142,20 +142,24 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 
 def aligned_windows(heard: np.ndarray, sent: np.ndarray, window: int, first: int = 0) -> list[tuple[float, int]]:
-    """Where each ``window`` samples of ``sent`` from sample ``first`` on (those with audio in them) are found in ``heard``: for each, the peak of
-    their normalized cross-correlation with ``heard`` and its lag (position in ``heard`` minus position in ``sent``).
+    """Where each ``window`` samples of ``sent`` from sample ``first`` on (those with audio in them) are found in
+    ``heard``: for each, the peak of their normalized cross-correlation with ``heard`` and its lag (position in
+    ``heard`` minus position in ``sent``); none if ``heard`` is shorter than a window.
 
     Window by window, so that a block the capture dropped or repeated under load (a real-time glitch of the browser's
     fake device, not of the audio's content) shifts the later windows' lags instead of lowering one global
     correlation."""
+    if len(heard) < window:
+        return []
     energy = np.concatenate([[0.0], np.cumsum(heard.astype(np.float64) ** 2)])
+    size = 1 << (len(heard) + window - 1).bit_length()
+    heard_spectrum = np.fft.rfft(heard, size)
     found = []
     for start in range(first, len(sent) - window + 1, window):
         piece = sent[start:start + window].astype(np.float64)
         if np.sqrt(np.mean(piece ** 2)) < 0.01:
             continue  # silence: it matches anything
-        size = 1 << (len(heard) + window - 1).bit_length()
-        product = np.fft.irfft(np.fft.rfft(heard, size) * np.conj(np.fft.rfft(piece, size)), size)
+        product = np.fft.irfft(heard_spectrum * np.conj(np.fft.rfft(piece, size)), size)
         product = product[:len(heard) - window + 1]  # lags at which the window lies wholly inside heard
         scale = np.sqrt(np.maximum(energy[window:] - energy[:-window], 1e-12) * (piece @ piece))
         position = int(np.argmax(product / scale))

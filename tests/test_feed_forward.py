@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 
-import onnxruntime
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,8 +119,9 @@ _blocked = feed_forward._blocked_evaluation
 
 
 def test_evaluation_runs_whole_where_blocks_do_not_pay(monkeypatch):
-    """One block or less, autograd, autocast, tracing, the ONNX export, a linear without bias, or another dtype: the
-    plain block."""
+    """One block or less, autograd, autocast, tracing, the ONNX export, compiling, a linear without bias, or another
+    dtype: the plain block."""
+    onnxruntime = pytest.importorskip("onnxruntime")
     monkeypatch.setattr(feed_forward, "BLOCK_ELEMENTS", 7 * 24)
     ffn = FeedForward(6, 24, "gelu").eval()
     monkeypatch.setattr(feed_forward, "_blocked_evaluation", lambda *args: pytest.fail("ran block by block"))
@@ -140,6 +140,9 @@ def test_evaluation_runs_whole_where_blocks_do_not_pay(monkeypatch):
                           dynamo=False)
     session = onnxruntime.InferenceSession(onnx.getvalue(), providers=["CPUExecutionProvider"])
     torch.testing.assert_close(torch.from_numpy(session.run(None, {"x": other.numpy()})[0]), ffn.net(other))
+    with torch.no_grad():
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(ffn, backend="eager")(large), ffn.net(large))
     ffn.float()(large)  # autograd
     ffn.net[0].bias = None
     with torch.no_grad():

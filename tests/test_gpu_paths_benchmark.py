@@ -7,6 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import ssm_fairseq  # noqa: F401  (registers the transducer architectures)
@@ -16,10 +17,10 @@ WORKLOADS = ("MSSM encoder layer, 250 frames, training step",
              "mssm_transducer encoder, 1 s, batch 1, training step", "mssm_transducer encoder, 1 s, batch 1, inference",
              "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step",
              "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference",
-             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step, convolved chunk by chunk",
-             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference, convolved chunk by chunk",
              "MSSM masked-LM layer, 256 tokens, training step", "SPADE LM generation, context 256, per token",
-             "spade_t5_small training step, 256 source tokens")
+             "spade_t5_small training step, 256 source tokens",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, training step, convolved chunk by chunk",
+             "mssm_transducer encoder, --max-tokens 400, 4 x 1 s, inference, convolved chunk by chunk")
 
 
 SHALLOW_ENCODER_LAYERS = 2
@@ -61,3 +62,19 @@ def test_gpu_paths_dry_run_lists_the_gpu_sizes(monkeypatch, capsys):
     assert any(row.startswith(recipe_batch) for row in rows)
     assert any(row.startswith("| SPADE LM generation, context 8192") for row in rows)
     assert len(rows) == 1 + len(WORKLOADS), rows  # the header and a row per workload
+
+
+def test_convolved_chunk_by_chunk_adds_the_device_type_while_open(monkeypatch):
+    """The chunked rows' switch: the GPU's device type joins ``CHUNKED_DEVICES`` (where a CPU test cannot see it take
+    effect: a CPU is there already), and the tuple is restored, also after an error."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    gpu_paths = runpy.run_path(str(SCRIPT))
+    from ssm_fairseq.ssm import batched_kernels
+
+    before = batched_kernels.CHUNKED_DEVICES
+    with gpu_paths["convolved_chunk_by_chunk"]("cuda:0"):
+        assert batched_kernels.CHUNKED_DEVICES == (*before, "cuda")
+    assert batched_kernels.CHUNKED_DEVICES == before
+    with pytest.raises(KeyError), gpu_paths["convolved_chunk_by_chunk"]("cuda"):
+        raise KeyError("a row failed")
+    assert batched_kernels.CHUNKED_DEVICES == before

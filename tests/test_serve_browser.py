@@ -4,11 +4,11 @@ mini-corpus file, driven by selenium through chromedriver.
 The page captures the fake microphone (AudioWorklet at 16 kHz), streams it to ``ssm-serve`` and shows the partial
 and final transcripts. The browser resamples the file (its fake device runs at 48 kHz) and the capture starts a few
 10 ms blocks into it, so the server does not hear the file's exact samples: the test checks that what it heard
-(``--save-audio``) is the file (each eighth of a second of it found in order by normalized cross-correlation, so that a
-block the loaded machine's fake device dropped does not fail the test), and that the page shows the final transcript that
-offline decoding gives for that audio, which is what the server sent. (With a trained model the transcript of the
-file itself is shown; docs/server.md reports that check with the mini recipe's streaming model.) Then the page's
-two failures: a refused microphone, and a server that goes away mid-stream.
+(``--save-audio``) is the file (each eighth of a second of it found in order by normalized cross-correlation, so
+that a block the loaded machine's fake device dropped does not fail the test), and that the page shows the final
+transcript that offline decoding gives for that audio, which is what the server sent. (With a trained model the
+transcript of the file itself is shown; docs/server.md reports that check with the mini recipe's streaming model.)
+Then the page's two failures: a refused microphone, and a server that goes away mid-stream.
 
 Chromium is installed as ``.ci/run`` installs it (``apt-get install -y chromium chromium-driver``) when missing;
 the test skips, saying why, only if it cannot be.
@@ -131,12 +131,14 @@ def test_the_page_shows_the_transcript_of_the_fake_microphone(streaming_model, b
     heard, heard_rate = sf.read(str(heard_dir / "1.wav"), dtype="float32")
     sent = samples.astype(np.float32) / 32768
     # each eighth of a second of the file from 0.3 s on (the capture may begin that late), where it was heard
+    assert heard_rate == 16000 and len(heard) > len(sent) - 0.3 * rate  # the file, but for blocks before the capture
     windows = aligned_windows(heard, sent, rate // 8, first=3 * rate // 10)
     correlations, lags = np.array([c for c, _ in windows]), np.array([lag for _, lag in windows])
-    assert heard_rate == 16000 and len(windows) >= 0.5 * (len(sent) - 0.3 * rate) / (rate // 8), windows
-    assert np.median(correlations) > 0.85 and np.mean(correlations > 0.7) >= 0.75, windows  # the file's audio
+    assert len(windows) >= 0.5 * (len(sent) - 0.3 * rate) / (rate // 8), windows
+    matched = correlations > 0.7  # a window a glitch spoiled matches nowhere in particular: its lag says nothing
+    assert np.median(correlations) > 0.85 and np.mean(matched) >= 0.75, windows  # the file's audio
+    lags = lags[matched]
     assert np.all((-0.3 * rate < lags) & (lags < 0.2 * rate)) and np.all(np.diff(lags) > -0.05 * rate), windows
-    assert len(heard) > len(sent) - 0.3 * rate  # the whole file, but for the blocks before the capture began
     offline = Recognizer(streaming_model.checkpoint, device="cpu", **SEARCH).transcribe([heard_dir / "1.wav"])[0]
     assert offline and shown == offline
     assert len(segments) == 1 and segments[0].endswith(offline) and segments[0].startswith("0.00–")

@@ -17,6 +17,8 @@ plain block's within rounding (the same products, row by row; a product of fewer
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,16 +74,16 @@ def _blocked_evaluation(x: Tensor, first: nn.Linear, activation: nn.Module, seco
 
 
 def _blocks_pay(x: Tensor, first: nn.Linear, second: nn.Linear) -> bool:
-    """Whether evaluation runs block by block: on a CPU, in float32 or float64 without autocast, both linears with
-    biases, more than one block, and not while tracing, exporting or compiling (which would unroll the blocks of one
-    shape)."""
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.dtype != first.weight.dtype:
+    """Whether evaluation runs block by block: not while tracing, exporting or compiling (which would unroll the
+    blocks of one shape); on a CPU, in float32 or float64 (the weights' dtype) without autocast, both linears with
+    biases, and more hidden activations than one block holds."""
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
         return False
-    if first.bias is None or second.bias is None:
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or torch.is_autocast_enabled("cpu"):
         return False
-    if x.numel() // x.shape[-1] * first.out_features <= BLOCK_ELEMENTS or torch.is_autocast_enabled("cpu"):
+    if first.weight.dtype != x.dtype or second.weight.dtype != x.dtype or first.bias is None or second.bias is None:
         return False
-    return not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
+    return math.prod(x.shape[:-1]) * first.out_features > BLOCK_ELEMENTS
 
 
 class _LeanFeedForward(torch.autograd.Function):
