@@ -97,6 +97,9 @@ def test_bf16_autocast_matches_float32():
         assert (got - want).abs().max() <= 0.05 * want.abs().max()
 
 
+_blocked = feed_forward._blocked_evaluation  # the function itself, which the tests below wrap or replace
+
+
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_evaluation_block_by_block_is_the_plain_block(monkeypatch, activation, dtype):
@@ -115,13 +118,10 @@ def test_evaluation_block_by_block_is_the_plain_block(monkeypatch, activation, d
         assert got.shape == x.shape and got.is_contiguous()
 
 
-_blocked = feed_forward._blocked_evaluation
-
-
 def test_evaluation_runs_whole_where_blocks_do_not_pay(monkeypatch):
     """One block or less, autograd, autocast, tracing, the ONNX export, compiling, a linear without bias, or another
     dtype: the plain block."""
-    onnxruntime = pytest.importorskip("onnxruntime")
+    import onnxruntime  # the deploy extra, which `make setup` installs: missing, the test fails rather than skips
     monkeypatch.setattr(feed_forward, "BLOCK_ELEMENTS", 7 * 24)
     ffn = FeedForward(6, 24, "gelu").eval()
     monkeypatch.setattr(feed_forward, "_blocked_evaluation", lambda *args: pytest.fail("ran block by block"))
