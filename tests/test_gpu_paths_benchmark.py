@@ -65,16 +65,16 @@ def test_gpu_paths_dry_run_lists_the_gpu_sizes(monkeypatch, capsys):
 
 
 def test_convolved_chunk_by_chunk_adds_the_device_type_while_open(monkeypatch):
-    """The chunked rows' switch: the GPU's device type joins ``CHUNKED_DEVICES`` (where a CPU test cannot see it take
-    effect: a CPU is there already), and the tuple is restored, also after an error."""
+    """The chunked rows' switch: the GPU's device type joins ``CHUNKED_DEVICES`` and any batch is chunked, and both are
+    restored, also after an error."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     gpu_paths = runpy.run_path(str(SCRIPT))
     from ssm_fairseq.ssm import batched_kernels
 
-    before = batched_kernels.CHUNKED_DEVICES
+    before, fewest = batched_kernels.CHUNKED_DEVICES, batched_kernels.CHUNKED_MIN_POSITIONS
     with gpu_paths["convolved_chunk_by_chunk"]("cuda:0"):
-        assert batched_kernels.CHUNKED_DEVICES == (*before, "cuda")
-    assert batched_kernels.CHUNKED_DEVICES == before
+        assert batched_kernels.CHUNKED_DEVICES == (*before, "cuda") and batched_kernels.CHUNKED_MIN_POSITIONS == 0
+    assert (batched_kernels.CHUNKED_DEVICES, batched_kernels.CHUNKED_MIN_POSITIONS) == (before, fewest)
     with pytest.raises(KeyError), gpu_paths["convolved_chunk_by_chunk"]("cuda"):
         raise KeyError("a row failed")
-    assert batched_kernels.CHUNKED_DEVICES == before
+    assert (batched_kernels.CHUNKED_DEVICES, batched_kernels.CHUNKED_MIN_POSITIONS) == (before, fewest)

@@ -83,13 +83,15 @@ def use_gpu_paths(on: bool) -> None:
 @contextmanager
 def convolved_chunk_by_chunk(device: str):
     """MSSM kernels convolved chunk by chunk on ``device``'s type (``cuda`` for ``cuda:0``) too
-    (``batched_kernels.CHUNKED_DEVICES``), while open."""
-    devices = batched_kernels.CHUNKED_DEVICES
+    (``batched_kernels.CHUNKED_DEVICES``), at any batch size (``CHUNKED_MIN_POSITIONS`` 0: so that the rows are what
+    they say at the small sizes of a CPU check as well; the recipe's batch is above the threshold anyway), while open."""
+    devices, fewest = batched_kernels.CHUNKED_DEVICES, batched_kernels.CHUNKED_MIN_POSITIONS
     batched_kernels.CHUNKED_DEVICES = (*devices, torch.device(device).type)
+    batched_kernels.CHUNKED_MIN_POSITIONS = 0
     try:
         yield
     finally:
-        batched_kernels.CHUNKED_DEVICES = devices
+        batched_kernels.CHUNKED_DEVICES, batched_kernels.CHUNKED_MIN_POSITIONS = devices, fewest
 
 
 def kernel_launches(run, device: str) -> float:
