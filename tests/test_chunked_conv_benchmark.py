@@ -20,7 +20,7 @@ def test_the_layer_runs_its_convolutions_the_way_asked(way, monkeypatch):
     import chunked_conv as script  # scripts/benchmarks/chunked_conv.py
 
     calls = {"chunked": 0}
-    for name in ("convolve_chunks", "convolve_batch_first"):  # inference's channels-first path, training's
+    for name in ("chunk_convolution", "convolve_batch_first"):  # inference's channels-first path, training's
         monkeypatch.setattr(multihead_ssm, name, lambda *a, inner=getattr(multihead_ssm, name), **k:
                             calls.__setitem__("chunked", calls["chunked"] + 1) or inner(*a, **k))
     for mode in ("train", "infer"):

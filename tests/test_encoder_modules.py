@@ -316,6 +316,43 @@ def test_stacks_convolved_chunk_by_chunk_equal_the_fft_convolution(module, train
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("gating, heads", [("ihg", 2), ("glu", 1), ("gelu", 2)])
+def test_inference_convolved_chunk_by_chunk_allocates_no_more_than_one_directions_activations(gating, heads,
+                                                                                             monkeypatch):
+    """In inference a block convolved chunk by chunk allocates no tensor larger than one direction's ``D x B x L'``
+    activations: each stage's ``C`` output rows are activated one at a time (not ``C x D x B x L'`` at once) and each
+    direction is projected just before its stages (not ``2D x B x L'`` at once). Large tensors are what glibc maps
+    afresh at every call, so that they are faulted in page by page (docs/benchmarks.md)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from ssm_fairseq.ssm import batched_kernels
+
+    class LargestAllocation(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                for t in out if isinstance(out, (tuple, list)) else [out]:
+                    if isinstance(t, torch.Tensor):
+                        self.largest = max(self.largest, t.untyped_storage().nbytes())
+            return out
+
+    torch.manual_seed(0)
+    D, B, L, chunk = 16, 3, 40, 8
+    block = BidirectionalSSM(D, heads=heads, stack=2, gating=gating, state_size=4).eval()
+    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
+    monkeypatch.setattr(batched_kernels, "default_chunk", lambda length, batch=1: chunk)
+    x = torch.randn(B, L, D)
+    with torch.no_grad():
+        block(x)  # the chunk matrices kept
+        with LargestAllocation() as mode:
+            y = block(x)
+    assert mode.largest == D * B * L * 4, mode.largest  # L a whole number of chunks: one direction's activations
+    monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
+    with torch.no_grad():
+        torch.testing.assert_close(y, block(x), rtol=1e-4, atol=1e-5)
+
+
 def test_kept_chunk_matrices_follow_the_parameters():
     """In inference a kernel's chunk matrices are computed once and reused, and computed again after a parameter
     changes (an optimiser step) or for another chunk length."""

@@ -23,7 +23,7 @@ gradients). Powers of ``dA`` below ``tiny ** (1/3)`` of the dtype are held at th
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -234,22 +234,38 @@ def padded_length(L: int, T: int) -> int:
     return -(-L // T) * T
 
 
-def convolve_chunks(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Tensor:
+def chunk_convolution(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Callable[[int, Tensor], Tensor]:
     """The chunked convolution of ``H x B x L'`` inputs (``L'`` whole chunks; padded positions already zeroed, in the
     matrices' dtype) with the system of ``matrices`` (``chunk_matrices``, ``reverse`` as they were built), without
-    autograd: ``C x H x B x L'``, channels first, each output ``c`` written in place by its two products (no copy of
-    the input or the output). What a stack convolves with in inference (``MultiHeadSSM.chunked_stages``)."""
+    autograd, one output row at a time: the states carried between chunks are computed here, once, and the returned
+    ``output(c, out)`` writes output row ``c`` (``H x B x L'``) into ``out`` (contiguous, of that shape and the
+    matrices' dtype) by its two products, in place, and returns ``out``. A caller that consumes each row before the
+    next (an activation) holds one row beside its result, not ``C``: at the recipe's batch a row is 20 MiB, under
+    the size (32 MiB) above which glibc maps every allocation afresh, so that it is not faulted in page by page at
+    every call (docs/benchmarks.md)."""
     if torch.is_grad_enabled():
-        raise RuntimeError("convolve_chunks writes its outputs in place: it runs without autograd "
+        raise RuntimeError("chunk_convolution writes its outputs in place: it runs without autograd "
                            "(convolve_batch_first has autograd)")
     H, B, padded = rows.shape
     T = matrices.toeplitz.shape[1]
     C = matrices.toeplitz.shape[2] // T
     rows = rows.view(H, B * (padded // T), T)  # one chunk a row
     states = _states_before_chunks(rows, matrices.into_state, matrices.decay, B, reverse)
-    y = rows.new_empty(C, *rows.shape)
     toeplitz, from_state = matrices.toeplitz.unflatten(2, (C, T)), matrices.from_state.unflatten(2, (C, T))
-    for c in range(C):
-        torch.bmm(rows, toeplitz[:, :, c], out=y[c])
-        y[c].baddbmm_(states, from_state[:, :, c])
-    return y.view(C, H, B, padded)
+
+    def output(c: int, out: Tensor) -> Tensor:
+        y = out.view(rows.shape)
+        torch.bmm(rows, toeplitz[:, :, c], out=y)
+        y.baddbmm_(states, from_state[:, :, c])
+        return out
+    return output
+
+
+def convolve_chunks(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Tensor:
+    """``chunk_convolution``'s output rows together: ``H x B x L'`` inputs -> ``C x H x B x L'``, channels first, each
+    row written in place by its two products (no copy of the input or the output)."""
+    output = chunk_convolution(rows, matrices, reverse)
+    y = rows.new_empty(matrices.toeplitz.shape[2] // matrices.toeplitz.shape[1], *rows.shape)
+    for c in range(y.shape[0]):
+        output(c, y[c])
+    return y

@@ -82,21 +82,16 @@ class BidirectionalSSM(nn.Module):
         """The block in inference convolved chunk by chunk (``MultiHeadSSM.chunked_stages``), channels first from the
         projections to the output Linear: ``B x L x D`` -> ``B x L x D``.
 
-        Both projections are one product ``W x^T + b`` giving the ``2D x (B L')`` inputs of both directions (``L'``
-        whole chunks), and the output Linear is two products of its halves with the directions' ``D x (B L')``
-        activations, positions first: nothing is transposed, concatenated or masked out of place."""
+        Each direction's projection is one product ``W x^T + b`` giving its ``D x (B L')`` inputs (``L'`` whole chunks),
+        made just before its stages (two products of ``D`` rows rather than one of ``2D``: at the recipe's batch no
+        temporary exceeds the 32 MiB above which glibc maps each allocation afresh), and the output Linear is two
+        products of its halves with the directions' ``D x (B L')`` activations, positions first: nothing is
+        transposed, concatenated or masked out of place."""
         B, L, D = x.shape
         rows, keep = chunk_layout(x, padding_mask, forward_kernels[0].chunk)
-        if self.forward_ssm.in_proj is None:
-            h = rows.t().repeat(2, 1)
-        else:
-            weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
-            h = torch.addmm(bias, weight, rows.t())  # 2D x (B L')
-        if keep is not None:  # in place on the product itself (on a view autograd would copy it back)
-            h.mul_(keep.view(-1))
-        h = h.view(2, D, B, -1)
-        forward = self.forward_ssm.chunked_stages(h[0], keep, forward_kernels).view(D, -1)
-        backward = self.backward_ssm.chunked_stages(h[1], keep, backward_kernels).view(D, -1)
+        forward, backward = [ssm.chunked_stages(ssm.chunked_input(rows, keep, B), keep, kernels).view(D, -1)
+                             for ssm, kernels in ((self.forward_ssm, forward_kernels),
+                                                  (self.backward_ssm, backward_kernels))]
         weight = self.out_proj.weight
         y = torch.addmm(self.out_proj.bias, forward.t(), weight[:, :D].t())
         return y.addmm_(backward.t(), weight[:, D:].t()).view(B, -1, D)[:, :L]

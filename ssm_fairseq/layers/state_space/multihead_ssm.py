@@ -25,13 +25,15 @@ outputs of ``forward`` over the whole stream.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...ssm import MSSMKernel, S4Kernel
 from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
-from ...ssm.chunked_conv import convolve_batch_first, convolve_chunks, padded_length
+from ...ssm.chunked_conv import chunk_convolution, convolve_batch_first, padded_length
 from ...ssm.fft_conv import compute_dtype, fft_conv
 from ..dropout import LeanDropout
 from ..recompute import recomputed
@@ -148,13 +150,28 @@ class MultiHeadSSM(nn.Module):
         return self.activated(fft_conv(x, *kernel, padding_mask, reverse=self.reverse))
 
     def _chunked_stage(self, h: Tensor, kernel: ChunkedKernel) -> Tensor:
-        """``Act(SSM(h))`` of one stage convolved chunk by chunk in inference: ``D x B x L'`` (padded positions
-        zeroed) -> ``D x B x L'``."""
-        D, B, padded = h.shape
+        """``Dropout(Act(SSM(h)))`` of one stage convolved chunk by chunk in inference: ``D x B x L'`` (padded
+        positions zeroed) -> ``D x B x L'``."""
         dtype = compute_dtype(h)
-        matrices = kernel.kernel.chunk_matrices(padded, kernel.chunk, self.reverse, dtype)
-        y = convolve_chunks(h.to(dtype), matrices, self.reverse)  # C x D x B x L'
-        return self.activated(y.flatten(2)).view(D, B, padded)
+        matrices = kernel.kernel.chunk_matrices(h.shape[-1], kernel.chunk, self.reverse, dtype)
+        output = chunk_convolution(h.to(dtype), matrices, self.reverse)
+        return self.dropout(self._activated_rows(output, h.new_empty(h.shape, dtype=dtype)))
+
+    def _activated_rows(self, output: Callable[[int, Tensor], Tensor], out: Tensor) -> Tensor:
+        """``Act`` of SSM outputs written one output row ``c`` at a time by ``output(c, row)`` (``chunk_convolution``),
+        into ``out`` (``D x ...``, contiguous): what ``activate`` computes, in place, with at most one row beside
+        ``out`` (``activate`` would take all ``C`` rows at once)."""
+        if self.gating == "gelu":
+            return torch.ops.aten.gelu_(output(0, out))
+        row = torch.empty_like(out)
+        if self.gating == "glu":  # y_0 * sigmoid(y_1)
+            gate = output(1, row).sigmoid_()
+            return output(0, out).mul_(gate)
+        half = out.shape[0] // 2  # ihg: heads h < H/2 gated by heads h + H/2, in each row c
+        for c in range(2):
+            output(c, row)
+            torch.mul(row[:half], row[half:].sigmoid_(), out=out[c * half:(c + 1) * half])
+        return out
 
     def chunked_stages(self, h: Tensor, keep: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
         """The stages in inference on channels-first inputs in whole chunks, convolved chunk by chunk
@@ -173,18 +190,24 @@ class MultiHeadSSM(nn.Module):
             h = self._chunked_stage(h, kernel)
         return h
 
+    def chunked_input(self, rows: Tensor, keep: Tensor | None, batch: int) -> Tensor:
+        """The first stage's inputs in inference, channels first: ``(B L') x D`` rows and their weights
+        (``chunk_layout``) -> ``D x B x L'``, this stack's projection applied (``W x^T + b``) and padded positions
+        zeroed."""
+        if self.in_proj is None:
+            h = rows.t().contiguous()
+        else:
+            h = torch.addmm(self.in_proj.bias.unsqueeze(-1), self.in_proj.weight, rows.t())
+        if keep is not None:  # in place on the product itself (on a view autograd would copy it back)
+            h.mul_(keep.view(-1))
+        return h.view(h.shape[0], batch, -1)
+
     def _chunked_forward(self, x: Tensor, padding_mask: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
         """``forward`` in inference convolved chunk by chunk, channels first from the projection to the output
         Linear."""
         B, L, D = x.shape
         rows, keep = chunk_layout(x, padding_mask, kernels[0].chunk)
-        if self.in_proj is None:
-            h = rows.t().contiguous()
-        else:
-            h = torch.addmm(self.in_proj.bias.unsqueeze(-1), self.in_proj.weight, rows.t())
-        if keep is not None:
-            h.mul_(keep.view(-1))
-        h = self.chunked_stages(h.view(D, B, -1), keep, kernels).view(D, -1)
+        h = self.chunked_stages(self.chunked_input(rows, keep, B), keep, kernels).view(D, -1)
         if len(self.linears) == len(kernels):  # the output Linear, positions first: B x L' x D
             last = self.linears[-1]
             return torch.addmm(last.bias, h.t(), last.weight.t()).view(B, -1, D)[:, :L]
