@@ -5,7 +5,7 @@ import torch
 
 from ssm_fairseq.ssm import fft_conv
 from ssm_fairseq.ssm.chunked_conv import (DiagonalSystem, chunk_length, chunk_matrices, chunked_diagonal_conv,
-                                          convolve_chunks, diagonal_powers)
+                                          chunk_convolution, diagonal_powers)
 from ssm_fairseq.ssm.structured_products import real_vandermonde
 
 
@@ -145,8 +145,9 @@ def test_training_keeps_no_states_between_chunks_and_gradients_stay_exact(revers
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_channels_first_chunks_equal_the_batch_first_convolution(reverse):
-    """Inference's channels-first form (``H x B x L'`` rows of whole chunks in, ``C x H x B x L'`` out, each output
-    written in place) equals ``chunked_diagonal_conv`` at every real position; it refuses autograd."""
+    """Inference's channels-first form (``H x B x L'`` rows of whole chunks in, each output row ``c`` of ``H x B x
+    L'`` written in place into the tensor given) equals ``chunked_diagonal_conv`` at every real position, whatever
+    the order the rows are asked in; it refuses autograd."""
     dA, dB, dC, D = _system()
     u = torch.randn(3, 5, 30, dtype=torch.float64)
     mask = torch.zeros(3, 30, dtype=torch.bool)
@@ -155,8 +156,9 @@ def test_channels_first_chunks_equal_the_batch_first_convolution(reverse):
     rows[..., :30] = u.transpose(0, 1).masked_fill(mask, 0.0)
     matrices = chunk_matrices(DiagonalSystem(dA, dB, dC, D), 8, reverse)
     with torch.no_grad():
-        y = convolve_chunks(rows, matrices, reverse)[..., :30].permute(2, 0, 1, 3)
+        output = chunk_convolution(rows, matrices, reverse)
+        y = torch.stack([output(c, torch.empty_like(rows)) for c in (1, 0)][::-1])[..., :30].permute(2, 0, 1, 3)
     expected = chunked_diagonal_conv(u, dA, dB, dC, D, mask, reverse, chunk=8)
     torch.testing.assert_close(y.masked_fill(mask[:, None, None], 0.0), expected)
     with pytest.raises(RuntimeError, match="without autograd"):
-        convolve_chunks(rows, matrices, reverse)
+        chunk_convolution(rows, matrices, reverse)

@@ -63,7 +63,7 @@ _STACKING_DIMS = {"z_lambda": 0, "p": 0, "B": 0, "C": 1, "z_dt": 0}
 
 class ChunkedKernel(NamedTuple):
     """An MSSM kernel to be convolved chunk by chunk in chunks of ``chunk`` positions, from its ``chunk_matrices`` (kept
-    in inference), instead of being generated (``chunked_conv``: ``convolve_chunks`` channels first in inference,
+    in inference), instead of being generated (``chunked_conv``: ``chunk_convolution`` channels first in inference,
     ``convolve_batch_first`` in training)."""
 
     kernel: MSSMKernel

@@ -126,7 +126,7 @@ def _carried(rows: Tensor, into_state: Tensor, decay: Tensor, from_state: Tensor
 
 
 class ChunkMatrices(NamedTuple):
-    """What ``convolve_chunks`` multiplies chunks of ``T`` positions by (``chunk_matrices``): ``toeplitz``: ``H x T x
+    """What ``chunk_convolution`` multiplies chunks of ``T`` positions by (``chunk_matrices``): ``toeplitz``: ``H x T x
     (C T)``, a chunk's inputs to its outputs (the first ``T`` taps, ``D`` added at lag 0); ``into_state``: ``H x T x
     N``, its inputs to the state it passes on; ``from_state``: ``H x N x (C T)``, the state it starts from to its
     outputs; ``decay``: ``H x 1 x N``, ``dA^T``."""
@@ -259,13 +259,3 @@ def chunk_convolution(rows: Tensor, matrices: ChunkMatrices, reverse: bool = Fal
         y.baddbmm_(states, from_state[:, :, c])
         return out
     return output
-
-
-def convolve_chunks(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Tensor:
-    """``chunk_convolution``'s output rows together: ``H x B x L'`` inputs -> ``C x H x B x L'``, channels first, each
-    row written in place by its two products (no copy of the input or the output)."""
-    output = chunk_convolution(rows, matrices, reverse)
-    y = rows.new_empty(matrices.toeplitz.shape[2] // matrices.toeplitz.shape[1], *rows.shape)
-    for c in range(y.shape[0]):
-        output(c, y[c])
-    return y

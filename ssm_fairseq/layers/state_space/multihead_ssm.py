@@ -175,7 +175,7 @@ class MultiHeadSSM(nn.Module):
 
     def chunked_stages(self, h: Tensor, keep: Tensor | None, kernels: list[ChunkedKernel]) -> Tensor:
         """The stages in inference on channels-first inputs in whole chunks, convolved chunk by chunk
-        (``convolve_chunks``): ``h``: ``D x B x L'`` (this stack's projection applied, padded positions zeroed) -> ``D
+        (``chunk_convolution``): ``h``: ``D x B x L'`` (this stack's projection applied, padded positions zeroed) -> ``D
         x B x L'``, the last stage's activations (the output Linear, if kept, is the caller's). The Linears between
         stages run as ``W h + b`` on the ``D x (B L')`` matrix; ``keep`` (``chunk_layout``) zeroes the next stage's
         padded inputs. (In training a stack's stages run batch first, as with FFT convolutions: ``forward``.)"""
