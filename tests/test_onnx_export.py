@@ -105,13 +105,14 @@ def test_every_file_passes_the_checker_and_carries_the_metadata(exported):
             onnx.checker.check_model(str(path), full_check=True)
             carried = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
             assert json.loads(carried[METADATA_KEY])["export_id"] == metadata["export_id"]
-    # the int8 encoder quantizes weights: it runs, and stays near fp32 on this chunk
+    # the int8 encoder quantizes weights: it runs, and stays near fp32 on this chunk on any CPU (with signed weights, on
+    # an x86 CPU without VNNI the integer products saturated: mean errors of 33-130% of the outputs' magnitude)
     fp32, int8 = OnnxTransducer(out), OnnxTransducer(out, "int8")
     assert any(i.name.endswith("_quantized") for i in onnx.load(str(out / "encoder.int8.onnx")).graph.initializer)
     features = np.random.default_rng(0).standard_normal((CHUNK, 80)).astype(np.float32)
     a, _, _ = fp32.encode_chunk(features, fp32.initial_states())
     b, _, _ = int8.encode_chunk(features, int8.initial_states())
-    assert np.abs(a - b).max() < 0.5 and np.abs(a - b).max() > 0
+    assert 0 < np.abs(a - b).max() < 0.5 and np.abs(a - b).mean() < 0.1 * np.abs(a).mean()
 
 
 @pytest.mark.parametrize("subsampler, causal", [("tr", False), ("ms", False), ("conv", True)])

@@ -10,8 +10,11 @@ transforms can stream (``NotStreamableError``) or, with ``offline``, unless its 
 (``offline_graph``) and its features one CMVN, and its three graphs (``export_graphs``) are traced with
 ``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``; opset 17), checked with ``onnx.checker`` and
 given the directory's metadata (``manifest``). ``int8`` adds dynamically quantized copies (``onnxruntime``'s
-``quantize_dynamic``: int8 weights of the Linear layers, activations quantized per call; the SSM chunk matrices
-stay float32).
+``quantize_dynamic``: 8-bit weights of the Linear layers, activations quantized per call; the SSM chunk matrices
+stay float32). Weights are unsigned (``QUInt8``): with signed weights onnxruntime multiplies unsigned activations by
+them with an instruction (``VPMADDUBSW``) whose pairwise sums saturate at 16 bits on x86 CPUs without VNNI (AVX2
+only), which made the quantized encoder's outputs wrong there (mean error 33-130% of the outputs' magnitude on a tiny
+model, against 2-3% with unsigned weights; docs/deploy.md).
 
 Everything is written to a hidden temporary directory beside ``out``, which is renamed to ``out`` only once complete
 (``manifest.json`` written last), so an interrupted export leaves no directory that looks complete; an existing
@@ -147,8 +150,8 @@ def _recurrence_products(path: Path) -> list[str]:
 
 
 def _quantize(directory: Path, metadata: dict) -> list[str]:
-    """Dynamically quantized copies of the three graphs (int8 weights of the Linear layers; the SSM chunk matrices
-    kept in float32); their names."""
+    """Dynamically quantized copies of the three graphs (unsigned 8-bit weights of the Linear layers: the module
+    docstring says why; the SSM chunk matrices kept in float32); their names."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     names = []
@@ -156,7 +159,7 @@ def _quantize(directory: Path, metadata: dict) -> list[str]:
         source, target = directory / graph_file(graph), directory / graph_file(graph, "int8")
         logging.disable(logging.WARNING)  # the quantizer's advice and notes, on the root logger, for every graph
         try:
-            quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+            quantize_dynamic(str(source), str(target), weight_type=QuantType.QUInt8,
                              nodes_to_exclude=_recurrence_products(source))
         finally:
             logging.disable(logging.NOTSET)
