@@ -320,9 +320,10 @@ def test_stacks_convolved_chunk_by_chunk_equal_the_fft_convolution(module, train
 def test_inference_convolved_chunk_by_chunk_allocates_no_more_than_one_directions_activations(gating, heads,
                                                                                              monkeypatch):
     """In inference a block convolved chunk by chunk allocates no tensor larger than one direction's ``D x B x L'``
-    activations: each stage's ``C`` output rows are activated one at a time (not ``C x D x B x L'`` at once) and each
-    direction is projected just before its stages (not ``2D x B x L'`` at once). Large tensors are what glibc maps
-    afresh at every call, so that they are faulted in page by page (docs/benchmarks.md)."""
+    activations (``L'``: whole chunks; here the chunk is longer than the state size): each stage's ``C`` output rows
+    are activated one at a time (not ``C x D x B x L'`` at once) and each direction is projected just before its stages
+    (not ``2D x B x L'`` at once), with and without padding. Large tensors are what glibc maps afresh at every call, so
+    that they are faulted in page by page (docs/benchmarks.md). Each stage's dropout is still applied."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from ssm_fairseq.ssm import batched_kernels
 
@@ -338,19 +339,46 @@ def test_inference_convolved_chunk_by_chunk_allocates_no_more_than_one_direction
             return out
 
     torch.manual_seed(0)
-    D, B, L, chunk = 16, 3, 40, 8
-    block = BidirectionalSSM(D, heads=heads, stack=2, gating=gating, state_size=4).eval()
-    monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
-    monkeypatch.setattr(batched_kernels, "default_chunk", lambda length, batch=1: chunk)
-    x = torch.randn(B, L, D)
+    D, B, chunk, stages = 16, 3, 8, 2
+    block = BidirectionalSSM(D, heads=heads, stack=stages, gating=gating, state_size=4).eval()
+    dropouts = []
+    for ssm in (block.forward_ssm, block.backward_ssm):
+        ssm.dropout.register_forward_hook(lambda module, args, out: dropouts.append(module))
+    for L in (40, 37):  # 37: padded to 40, the last frames of two sequences masked
+        padding_mask = torch.zeros(B, L, dtype=torch.bool)
+        if L % chunk:
+            padding_mask[1, 30:] = padding_mask[2, 11:] = True
+        monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ("cpu",))
+        monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
+        monkeypatch.setattr(batched_kernels, "default_chunk", lambda length, batch=1: chunk)
+        x = torch.randn(B, L, D)
+        with torch.no_grad():
+            block(x, padding_mask)  # the chunk matrices kept
+            dropouts.clear()
+            with LargestAllocation() as mode:
+                y = block(x, padding_mask)
+        assert mode.largest == D * B * 40 * 4, (L, mode.largest)  # one direction's activations, in float32
+        assert len(dropouts) == 2 * stages
+        monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
+        with torch.no_grad():
+            torch.testing.assert_close(y[~padding_mask], block(x, padding_mask)[~padding_mask], rtol=1e-4, atol=1e-5)
+
+
+def test_inference_convolved_chunk_by_chunk_keeps_a_half_precision_models_dtype(monkeypatch):
+    """A half-precision block convolved chunk by chunk in inference returns half precision, as its FFT path does (the
+    convolutions compute in float32; the Linears between stages take the stage's output in the weights' dtype)."""
+    from ssm_fairseq.ssm import batched_kernels
+
+    torch.manual_seed(0)
+    block = BidirectionalSSM(16, heads=2, stack=2, gating="ihg", state_size=4).eval()
+    x = torch.randn(3, 40, 16)
     with torch.no_grad():
-        block(x)  # the chunk matrices kept
-        with LargestAllocation() as mode:
-            y = block(x)
-    assert mode.largest == D * B * L * 4, mode.largest  # L a whole number of chunks: one direction's activations
-    monkeypatch.setattr(batched_kernels, "CHUNKED_DEVICES", ())
-    with torch.no_grad():
-        torch.testing.assert_close(y, block(x), rtol=1e-4, atol=1e-5)
+        expected = block(x)
+        block.half()
+        monkeypatch.setattr(batched_kernels, "CHUNKED_MIN_POSITIONS", 1)
+        y = block(x.half())
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(y.float(), expected, rtol=0, atol=0.03)
 
 
 def test_kept_chunk_matrices_follow_the_parameters():

@@ -105,8 +105,8 @@ def test_every_file_passes_the_checker_and_carries_the_metadata(exported):
             onnx.checker.check_model(str(path), full_check=True)
             carried = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
             assert json.loads(carried[METADATA_KEY])["export_id"] == metadata["export_id"]
-    # the int8 encoder quantizes weights: it runs, and stays near fp32 on this chunk on any CPU (with signed weights, on
-    # an x86 CPU without VNNI the integer products saturated: mean errors of 33-130% of the outputs' magnitude)
+    # the int8 encoder quantizes weights: it runs, and stays near fp32 on this chunk (with signed weights, on an x86 CPU
+    # without VNNI the integer products saturated: mean errors of 33-130% of the outputs' magnitude)
     fp32, int8 = OnnxTransducer(out), OnnxTransducer(out, "int8")
     assert any(i.name.endswith("_quantized") for i in onnx.load(str(out / "encoder.int8.onnx")).graph.initializer)
     features = np.random.default_rng(0).standard_normal((CHUNK, 80)).astype(np.float32)

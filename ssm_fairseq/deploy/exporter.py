@@ -12,8 +12,8 @@ transforms can stream (``NotStreamableError``) or, with ``offline``, unless its 
 given the directory's metadata (``manifest``). ``int8`` adds dynamically quantized copies (``onnxruntime``'s
 ``quantize_dynamic``: 8-bit weights of the Linear layers, activations quantized per call; the SSM chunk matrices
 stay float32). Weights are unsigned (``QUInt8``): with signed weights onnxruntime multiplies unsigned activations by
-them with an instruction (``VPMADDUBSW``) whose pairwise sums saturate at 16 bits on x86 CPUs without VNNI (AVX2
-only), which made the quantized encoder's outputs wrong there (mean error 33-130% of the outputs' magnitude on a tiny
+them with an instruction (``VPMADDUBSW``) whose pairwise sums saturate at 16 bits on x86 CPUs without VNNI (AVX2,
+or AVX-512 without VNNI), which made the quantized encoder's outputs wrong there (mean error 33-130% of the outputs' magnitude on a tiny
 model, against 2-3% with unsigned weights; docs/deploy.md).
 
 Everything is written to a hidden temporary directory beside ``out``, which is renamed to ``out`` only once complete

@@ -234,13 +234,17 @@ def padded_length(L: int, T: int) -> int:
     return -(-L // T) * T
 
 
-def chunk_convolution(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> Callable[[int, Tensor], Tensor]:
+# ``write_row(c, out)`` of ``chunk_convolution``: output row ``c`` written into ``out``, which it returns
+RowWriter = Callable[[int, Tensor], Tensor]
+
+
+def chunk_convolution(rows: Tensor, matrices: ChunkMatrices, reverse: bool = False) -> RowWriter:
     """The chunked convolution of ``H x B x L'`` inputs (``L'`` whole chunks; padded positions already zeroed, in the
     matrices' dtype) with the system of ``matrices`` (``chunk_matrices``, ``reverse`` as they were built), without
     autograd, one output row at a time: the states carried between chunks are computed here, once, and the returned
-    ``output(c, out)`` writes output row ``c`` (``H x B x L'``) into ``out`` (contiguous, of that shape and the
+    ``write_row(c, out)`` writes output row ``c`` (``H x B x L'``) into ``out`` (contiguous, of that shape and the
     matrices' dtype) by its two products, in place, and returns ``out``. A caller that consumes each row before the
-    next (an activation) holds one row beside its result, not ``C``: at the recipe's batch a row is 20 MiB, under
+    next (an activation) holds one row beside its result, not ``C``: at the recipe's batch a row is about 20 MB, under
     the size (32 MiB) above which glibc maps every allocation afresh, so that it is not faulted in page by page at
     every call (docs/benchmarks.md)."""
     if torch.is_grad_enabled():
@@ -253,9 +257,9 @@ def chunk_convolution(rows: Tensor, matrices: ChunkMatrices, reverse: bool = Fal
     states = _states_before_chunks(rows, matrices.into_state, matrices.decay, B, reverse)
     toeplitz, from_state = matrices.toeplitz.unflatten(2, (C, T)), matrices.from_state.unflatten(2, (C, T))
 
-    def output(c: int, out: Tensor) -> Tensor:
+    def write_row(c: int, out: Tensor) -> Tensor:
         y = out.view(rows.shape)
         torch.bmm(rows, toeplitz[:, :, c], out=y)
         y.baddbmm_(states, from_state[:, :, c])
         return out
-    return output
+    return write_row

@@ -25,15 +25,13 @@ outputs of ``forward`` over the whole stream.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...ssm import MSSMKernel, S4Kernel
 from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
-from ...ssm.chunked_conv import chunk_convolution, convolve_batch_first, padded_length
+from ...ssm.chunked_conv import RowWriter, chunk_convolution, convolve_batch_first, padded_length
 from ...ssm.fft_conv import compute_dtype, fft_conv
 from ..dropout import LeanDropout
 from ..recompute import recomputed
@@ -128,7 +126,8 @@ class MultiHeadSSM(nn.Module):
         self.dropout = LeanDropout(dropout)
 
     def activate(self, y: Tensor) -> Tensor:
-        """``... x C x D x L`` SSM outputs (``B x C x D x L``; ``C x D x (B L)`` channels first) -> ``... x D x L``."""
+        """``... x C x D x L`` SSM outputs (``B x C x D x L``; ``2B x C x D x L`` for both directions of a block)
+        -> ``... x D x L``."""
         if self.gating == "gelu":
             return F.gelu(y.select(-3, 0))
         # F.glu keeps only its input for the backward pass (a product with a sigmoid would keep both factors)
@@ -151,25 +150,25 @@ class MultiHeadSSM(nn.Module):
 
     def _chunked_stage(self, h: Tensor, kernel: ChunkedKernel) -> Tensor:
         """``Dropout(Act(SSM(h)))`` of one stage convolved chunk by chunk in inference: ``D x B x L'`` (padded
-        positions zeroed) -> ``D x B x L'``."""
+        positions zeroed) -> ``D x B x L'`` in ``h``'s dtype (computed in float32, or float64 for float64)."""
         dtype = compute_dtype(h)
         matrices = kernel.kernel.chunk_matrices(h.shape[-1], kernel.chunk, self.reverse, dtype)
-        output = chunk_convolution(h.to(dtype), matrices, self.reverse)
-        return self.dropout(self._activated_rows(output, h.new_empty(h.shape, dtype=dtype)))
+        write_row = chunk_convolution(h.to(dtype), matrices, self.reverse)
+        return self.dropout(self._activated_rows(write_row, h.new_empty(h.shape, dtype=dtype))).to(h.dtype)
 
-    def _activated_rows(self, output: Callable[[int, Tensor], Tensor], out: Tensor) -> Tensor:
-        """``Act`` of SSM outputs written one output row ``c`` at a time by ``output(c, row)`` (``chunk_convolution``),
-        into ``out`` (``D x ...``, contiguous): what ``activate`` computes, in place, with at most one row beside
-        ``out`` (``activate`` would take all ``C`` rows at once)."""
+    def _activated_rows(self, write_row: RowWriter, out: Tensor) -> Tensor:
+        """``Act`` of SSM outputs written one output row ``c`` at a time by ``write_row(c, row)``
+        (``chunk_convolution``), into ``out`` (``D x ...``, contiguous): what ``activate`` computes, in place, with at
+        most one row beside ``out`` (``activate`` would take all ``C`` rows at once)."""
         if self.gating == "gelu":
-            return torch.ops.aten.gelu_(output(0, out))
+            return torch.ops.aten.gelu_(write_row(0, out))
         row = torch.empty_like(out)
         if self.gating == "glu":  # y_0 * sigmoid(y_1)
-            gate = output(1, row).sigmoid_()
-            return output(0, out).mul_(gate)
+            gate = write_row(1, row).sigmoid_()
+            return write_row(0, out).mul_(gate)
         half = out.shape[0] // 2  # ihg: heads h < H/2 gated by heads h + H/2, in each row c
         for c in range(2):
-            output(c, row)
+            write_row(c, row)
             torch.mul(row[:half], row[half:].sigmoid_(), out=out[c * half:(c + 1) * half])
         return out
 
