@@ -5,16 +5,16 @@
     export_checkpoint("checkpoint_best.pt", "offline/", offline=True)   # a bidirectional (whole-utterance) model
 
 The checkpoint is loaded as ``ssm-transcribe`` loads it (``asr.Recognizer``: every checkpoint and data check, the
-dictionary, the evaluation feature transforms, the search's suppressed units), refused unless its encoder and
-transforms can stream (``NotStreamableError``) or, with ``offline``, unless its encoder has a whole-utterance graph
+dictionary, the evaluation feature transforms, the search's suppressed units), refused unless its encoder and transforms
+can stream (``NotStreamableError``) or, with ``offline``, unless its encoder has a whole-utterance graph
 (``offline_graph``) and its features one CMVN, and its three graphs (``export_graphs``) are traced with
-``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``; opset 17), checked with ``onnx.checker`` and
-given the directory's metadata (``manifest``). ``int8`` adds dynamically quantized copies (``onnxruntime``'s
-``quantize_dynamic``: 8-bit weights of the Linear layers, activations quantized per call; the SSM chunk matrices
-stay float32). Weights are unsigned (``QUInt8``): with signed weights onnxruntime multiplies unsigned activations by
-them with an instruction (``VPMADDUBSW``) whose pairwise sums saturate at 16 bits on x86 CPUs without VNNI (AVX2,
-or AVX-512 without VNNI), which made the quantized encoder's outputs wrong there (mean error 33-130% of the outputs' magnitude on a tiny
-model, against 2-3% with unsigned weights; docs/deploy.md).
+``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``; opset 17), checked with ``onnx.checker`` and given
+the directory's metadata (``manifest``). ``int8`` adds dynamically quantized copies (``onnxruntime``'s
+``quantize_dynamic``: 8-bit weights of the Linear layers, activations quantized per call; the SSM chunk matrices stay
+float32). Weights are unsigned (``QUInt8``): with signed weights onnxruntime multiplies unsigned activations by them
+with an instruction (``VPMADDUBSW``) whose pairwise sums saturate at 16 bits on x86 CPUs without VNNI (AVX2, or AVX-512
+without VNNI), which made the quantized encoder's outputs wrong there (mean error 33-130% of the outputs' magnitude on a
+tiny model, against 2-3% with unsigned weights; docs/deploy.md).
 
 Everything is written to a hidden temporary directory beside ``out``, which is renamed to ``out`` only once complete
 (``manifest.json`` written last), so an interrupted export leaves no directory that looks complete; an existing
