@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from ssm_fairseq.ssm import bidirectional_fft_conv, fft_conv, two_way_fft_conv
-from ssm_fairseq.ssm.fft_conv import fft_size, two_way_spectrum
+from ssm_fairseq.ssm.fft_conv import fft_size, two_way_spectra, two_way_spectrum
 
 
 def direct_causal(u, K, D=None):
@@ -122,6 +122,29 @@ def test_two_way_convolution_equals_each_half_convolved_its_own_way(L):
     assert torch.autograd.gradcheck(lambda u, Kf, Df, Kb, Db: two_way_fft_conv(u, (Kf, Df), (Kb, Db), mask),
                                     (u, Kf, Df, Kb, Db))
     assert torch.autograd.gradcheck(lambda u, Kf, Kb: two_way_fft_conv(u, (Kf, None), (Kb, None)), (u, Kf, Kb))
+
+
+def test_several_stages_spectra_in_one_transform_give_each_stages_convolution_and_gradients():
+    """A block's stages' spectra as one FFT (``two_way_spectra``): each stage's convolution as with its own kernels,
+    and the kernels' gradients through the shared transform by finite differences."""
+    torch.manual_seed(0)
+    L, S = 7, 3
+    u = torch.randn(2, 6, L, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, L, dtype=torch.bool)
+    mask[1, 5:] = True
+    flat = [torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+            for _ in range(S) for shape in ((2, 3, L + 2), (2, 3), (2, 3, L), (2, 3))]
+
+    def stages(flat):
+        return [((flat[i], flat[i + 1]), (flat[i + 2], flat[i + 3])) for i in range(0, len(flat), 4)]
+
+    def through_spectra(u, *flat):
+        spectra = two_way_spectra(stages(flat), L, torch.float64).unbind(0)
+        return torch.stack([two_way_fft_conv(u, padding_mask=mask, spectrum=spectrum) for spectrum in spectra])
+
+    expected = torch.stack([two_way_fft_conv(u, *stage, mask) for stage in stages(flat)])
+    torch.testing.assert_close(through_spectra(u, *flat), expected, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(through_spectra, (u, *flat))
 
 
 def test_fft_sizes_are_fast_and_long_enough():

@@ -207,6 +207,34 @@ def test_batched_mssm_kernels_equal_the_kernels_generated_one_by_one():
             torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
 
 
+def test_batched_kernels_give_each_parameter_its_gradient_without_a_copy_per_kernel():
+    """The gradients of kernels generated together reach their parameters contiguous, in a backward pass whose copies
+    do not grow with the number of kernels (autograd copied each kernel's strided slice of ``C``'s gradient)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ssm_fairseq.ssm.batched_kernels import batched_kernels
+
+    class Copies(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("copy_", "clone"):
+                Copies.count += 1
+            return func(*args, **(kwargs or {}))
+
+    def copies_in_backward(n):
+        kernels = [MSSMKernel(8, 4, out_channels=2, heads=2) for _ in range(n)]
+        loss = sum(K.square().sum() for K, _ in batched_kernels(kernels, 9))
+        Copies.count = 0
+        with Copies():
+            loss.backward()
+        for kernel in kernels:
+            assert all(p.grad.is_contiguous() for p in kernel.parameters() if p.grad is not None)
+        return Copies.count
+
+    assert copies_in_backward(2) == copies_in_backward(5)
+
+
 def test_kernels_that_cannot_be_batched_are_generated_one_by_one():
     from ssm_fairseq.ssm.batched_kernels import batched_kernels, can_batch
 

@@ -177,6 +177,31 @@ def generated_together(module: nn.Module, L: int, batch: int = 1) -> Iterator[No
         _GENERATED.reset(token)
 
 
+class _ChannelsMerged(torch.autograd.Function):
+    """``torch.cat(parts, dim=1)`` of ``C x H x N`` tensors whose backward pass gives each part's gradient contiguous.
+
+    The gradient of a part of a concatenation along dimension 1 is a strided slice, which autograd then copies into a
+    contiguous gradient for each parameter (one operator per kernel: 88 per training step of the ``mssm_transducer``
+    encoder). Here one copy rearranges the whole gradient (``C x (n H) x N`` -> ``n x C x H x N``), whose ``n`` parts
+    are contiguous and become the parameters' gradients as they are."""
+
+    @staticmethod
+    def forward(ctx, *parts: Tensor) -> Tensor:
+        ctx.count = len(parts)
+        return torch.cat(parts, dim=1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, ...]:
+        C, _, N = grad.shape
+        return grad.view(C, ctx.count, -1, N).transpose(0, 1).contiguous().unbind(0)
+
+
+def _merged(parts: list[Tensor], dim: int) -> Tensor:
+    """``parts`` concatenated along ``dim`` (0 or 1, ``_STACKING_DIMS``), each part's gradient contiguous."""
+    return torch.cat(parts, dim=0) if dim == 0 else _ChannelsMerged.apply(*parts)
+
+
 def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Tensor]]:
     """``[kernel(L) for kernel in kernels]`` (each ``K``: ``C x H x L``, ``D``: ``C x H``) in one generation: the
     kernels' parameters concatenated along their heads and channels (``_STACKING_DIMS``), one ``MSSMKernel.taps``,
@@ -187,7 +212,6 @@ def batched_kernels(kernels: list[MSSMKernel], L: int) -> list[tuple[Tensor, Ten
     first = kernels[0]
     first.check_length(L)
     with torch.autocast(device_type=first.D.device.type, enabled=False):
-        merged = [torch.cat([first.real(getattr(k, name)) for k in kernels], dim=dim)
-                  for name, dim in _STACKING_DIMS.items()]
+        merged = [_merged([first.real(getattr(k, name)) for k in kernels], dim) for name, dim in _STACKING_DIMS.items()]
         K = MSSMKernel.taps(*merged, L)
     return [(taps, kernel.real(kernel.D)) for taps, kernel in zip(K.split(first.channels, dim=1), kernels)]

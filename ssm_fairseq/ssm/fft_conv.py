@@ -50,45 +50,76 @@ def fft_size(n: int) -> int:
 
 
 class _SpectralConvolution(torch.autograd.Function):
-    """``B x H x L`` inputs convolved with causal and/or anti-causal ``C x H x L`` kernels: ``B x C x H x L``.
+    """``B x H x L`` inputs convolved with kernels given by their spectrum: ``B x C x H x L``, or two-way ``B x 2 x C x
+    H/2 x L``.
 
-    With ``n`` the FFT size, the causal kernel's spectrum is ``rfft(k, n)`` and the anti-causal kernel's (tap
-    ``m`` at lag ``-m`` of the circle) is its complex conjugate, so the two directions share one code path. Given
-    both, their spectra are summed (each channel convolved both ways). With ``two_way``, ``causal`` holds
-    ``2 x C x H/2 x L`` taps, direction 0 causal and 1 anti-causal, for the two halves of the channels (the
-    directions of a bidirectional block: one FFT pair for both); the output is ``B x 2 x C x H/2 x L``. Saved are
-    ``u`` and the kernels' spectrum ``K`` (no FFT of the kernels in the backward pass). Backward, with ``G =
-    rfft(grad, n)``: ``grad_u = irfft(G conj(K))[:L]`` summed over ``C``; ``X = G conj(rfft u)`` summed over ``B``
-    gives the causal kernel's gradient ``irfft(X)[:L]`` and the anti-causal one's ``irfft(conj X)[:L]``.
+    ``kernel_spectrum`` (``C x H x F``, ``F = n/2 + 1``, ``n`` the FFT size) comes from ``_KernelSpectrum``; two-way
+    (``2 x C x H/2 x F``: direction 0 causal and 1 anti-causal, for the two halves of the channels, the directions of a
+    bidirectional block in one FFT pair) from ``_TwoWaySpectra``. Saved are ``u`` and the spectrum (no FFT of the
+    kernels in the backward pass). Backward, with ``G = rfft(grad, n)``: ``grad_u = irfft(G conj(K))[:L]`` summed over
+    ``C``; the spectrum receives ``X = G conj(rfft u)`` summed over ``B``, of which the causal taps' gradient is
+    ``irfft(X)[:L]`` and the anti-causal taps' ``irfft(conj X)[:L]`` (the spectrum functions' backward passes). Two-way,
+    direction 1 of ``X`` is conjugated here (in place), so that ``_TwoWaySpectra`` transforms all of it alike. This
+    ``X`` is what these functions pass between them, not autograd's gradient of a complex tensor: a spectrum that
+    requires a gradient must come from one of them.
     """
 
     @staticmethod
-    def forward(ctx, u: Tensor, causal: Tensor | None, anticausal: Tensor | None, two_way: bool = False) -> Tensor:
+    def forward(ctx, u: Tensor, kernel_spectrum: Tensor, two_way: bool = False) -> Tensor:
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
-        kernel_spectrum = _kernel_spectrum(causal, anticausal, n, two_way)
         ctx.save_for_backward(u, kernel_spectrum)
         ctx.two_way = two_way
         return torch.fft.irfft(_input_spectrum(u, n, two_way) * kernel_spectrum, n=n)[..., :L]
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # the saved spectrum is not connected to the kernels' graph
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
         u, kernel_spectrum = ctx.saved_tensors
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
         g = torch.fft.rfft(grad, n=n)  # B x C x H x (n/2 + 1), or B x 2 x C x H/2 x (n/2 + 1)
-        grad_u = grad_causal = grad_anticausal = None
+        grad_u = grad_spectrum = None
         if ctx.needs_input_grad[0]:
             grad_u = torch.fft.irfft((g * kernel_spectrum.conj()).sum(-3), n=n)[..., :L].reshape(u.shape)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            x = (g * _input_spectrum(u, n, ctx.two_way).conj()).sum(0)  # C x H x (n/2 + 1), or 2 x C x H/2 x ...
-            if ctx.two_way:  # the anti-causal direction's gradient is irfft(conj X): one inverse FFT for both
-                x[1].imag.neg_()
-                return grad_u, torch.fft.irfft(x, n=n)[..., :L], None, None
-            if ctx.needs_input_grad[1]:
-                grad_causal = torch.fft.irfft(x, n=n)[..., :L]
-            if ctx.needs_input_grad[2]:
-                grad_anticausal = torch.fft.irfft(x.conj(), n=n)[..., :L]
-        return grad_u, grad_causal, grad_anticausal, None
+        if ctx.needs_input_grad[1]:
+            grad_spectrum = (g * _input_spectrum(u, n, ctx.two_way).conj()).sum(0)  # C x H x F, or 2 x C x H/2 x F
+            if ctx.two_way:
+                grad_spectrum[1].imag.neg_()
+        return grad_u, grad_spectrum, None
+
+
+class _KernelSpectrum(torch.autograd.Function):
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the ``C x H x L`` kernels that are given (``_kernel_spectrum``);
+    backward from ``_SpectralConvolution``'s ``X``: ``irfft(X)[:L]`` and ``irfft(conj X)[:L]``."""
+
+    @staticmethod
+    def forward(ctx, causal: Tensor | None, anticausal: Tensor | None, n: int) -> Tensor:
+        ctx.n, ctx.L = n, (causal if causal is not None else anticausal).shape[-1]
+        return _kernel_spectrum(causal, anticausal, n)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, x: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        grad_causal = torch.fft.irfft(x, n=ctx.n)[..., :ctx.L] if ctx.needs_input_grad[0] else None
+        grad_anticausal = torch.fft.irfft(x.conj(), n=ctx.n)[..., :ctx.L] if ctx.needs_input_grad[1] else None
+        return grad_causal, grad_anticausal, None
+
+
+class _TwoWaySpectra(torch.autograd.Function):
+    """The two-way spectra of ``... x 2 x C x H x L`` taps (direction 0 causal, 1 anti-causal): ``rfft(taps, n)``,
+    direction 1 conjugated in place, ``... x 2 x C x H x (n/2 + 1)``. Backward from ``_SpectralConvolution``'s ``X``
+    (direction 1 already conjugated there): ``irfft(X)[:L]``, one inverse FFT for all stages and both directions."""
+
+    @staticmethod
+    def forward(ctx, taps: Tensor, n: int) -> Tensor:
+        ctx.n, ctx.L = n, taps.shape[-1]
+        spectrum = torch.fft.rfft(taps, n=n)
+        spectrum.select(-4, 1).imag.neg_()
+        return spectrum
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, x: Tensor) -> tuple[Tensor, None]:
+        return torch.fft.irfft(x, n=ctx.n)[..., :ctx.L], None
 
 
 def _input_spectrum(u: Tensor, n: int, two_way: bool) -> Tensor:
@@ -98,18 +129,18 @@ def _input_spectrum(u: Tensor, n: int, two_way: bool) -> Tensor:
     return torch.fft.rfft(u, n=n).unsqueeze(1)
 
 
-def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int, two_way: bool = False) -> Tensor:
-    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given, or two-way the spectra of the
-    ``2 x C x H/2 x L`` taps ``causal``, direction 1 conjugated (its imaginary part negated in place, not a
-    conjugated copy)."""
-    if two_way:
-        spectrum = torch.fft.rfft(causal, n=n)
-        spectrum[1].imag.neg_()
-        return spectrum
+def _kernel_spectrum(causal: Tensor | None, anticausal: Tensor | None, n: int) -> Tensor:
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the kernels that are given."""
     spectra = [torch.fft.rfft(causal, n=n)] if causal is not None else []
     if anticausal is not None:
         spectra.append(torch.fft.rfft(anticausal, n=n).conj())
     return spectra[0] if len(spectra) == 1 else spectra[0] + spectra[1]
+
+
+def _spectral_conv(x: Tensor, causal: Tensor | None, anticausal: Tensor | None) -> Tensor:
+    """``x`` (``B x H x L``) convolved with the causal and/or anti-causal ``C x H x L`` taps: ``B x C x H x L``."""
+    spectrum = _KernelSpectrum.apply(causal, anticausal, fft_size(2 * x.shape[-1] - 1))
+    return _SpectralConvolution.apply(x, spectrum, False)
 
 
 def _first_taps(K: Tensor, L: int) -> Tensor:
@@ -161,32 +192,39 @@ def fft_conv(
     _check_kernel(u, K, D, padding_mask)
     x = masked_input(u, padding_mask)
     k = _taps(K, x.shape[-1], x.dtype, D)
-    y = _SpectralConvolution.apply(x, None, k) if reverse else _SpectralConvolution.apply(x, k, None)
+    y = _spectral_conv(x, None, k) if reverse else _spectral_conv(x, k, None)
     return masked_output(y, padding_mask, u.dtype)
 
 
-def _two_way_taps(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None], L: int,
-                  dtype: torch.dtype) -> Tensor:
-    """The ``2 x C x H x L`` taps of both directions' kernels, each skip added to its tap 0."""
-    (Kf, Df), (Kb, Db) = causal, anticausal
-    D = None if Df is None else torch.stack([Df, Db])
-    return _taps(torch.stack([_first_taps(Kf, L), _first_taps(Kb, L)]), L, dtype, D)
+Stage = tuple[tuple[Tensor, Tensor | None], tuple[Tensor, Tensor | None]]  # ((K, D) causal, (K, D) anti-causal)
+
+
+def two_way_spectra(stages: list[Stage], L: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """What ``two_way_fft_conv`` multiplies the spectrum of length-``L`` inputs by, for each of ``stages`` (each its
+    causal and anti-causal ``(K, D)``: ``C x H x L'`` kernels, ``C x H`` skips or None, as in ``two_way_fft_conv``):
+    ``S x 2 x C x H x (n/2 + 1)`` complex (``n = fft_size(2 L - 1)``), each causal kernel's spectrum and each
+    anti-causal one's conjugate, skips included, all in one FFT (and in the backward pass one inverse FFT), not one per
+    stage. It depends on the kernels and ``L`` only: inference keeps each stage's (``spectrum=`` of
+    ``two_way_fft_conv``). ``dtype``: the inputs' dtype; the spectra are in their compute dtype (float64 for float64,
+    else float32: half precision inputs are convolved in float32, as ``masked_input`` casts them)."""
+    dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    K = torch.stack([_first_taps(K, L) for stage in stages for K, _ in stage])  # (S 2) x C x H x L
+    skips = [D for stage in stages for _, D in stage]
+    D = None if skips[0] is None else torch.stack(skips)
+    taps = _taps(K, L, dtype, D)
+    return _TwoWaySpectra.apply(taps.view(len(stages), 2, *taps.shape[1:]), fft_size(2 * L - 1))
 
 
 def two_way_spectrum(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None], L: int,
                      dtype: torch.dtype = torch.float32) -> Tensor:
-    """What ``two_way_fft_conv`` multiplies the spectrum of length-``L`` inputs by: ``2 x C x H x (n/2 + 1)``
-    complex (``n = fft_size(2 L - 1)``), the causal kernel's spectrum and the anti-causal one's conjugate, skips
-    included. It depends on the kernels and ``L`` only: inference keeps it (``spectrum=`` of ``two_way_fft_conv``).
-    ``dtype``: the inputs' dtype; the spectrum is in their compute dtype (float64 for float64, else float32: half
-    precision inputs are convolved in float32, as ``masked_input`` casts them)."""
-    dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    return _kernel_spectrum(_two_way_taps(causal, anticausal, L, dtype), None, fft_size(2 * L - 1), two_way=True)
+    """``two_way_spectra`` of one stage: ``2 x C x H x (n/2 + 1)``."""
+    return two_way_spectra([(causal, anticausal)], L, dtype)[0]
 
 
 def two_way_fft_conv(
-    u: Tensor, causal: tuple[Tensor, Tensor | None], anticausal: tuple[Tensor, Tensor | None],
-    padding_mask: Tensor | None = None, spectrum: Tensor | None = None,
+    u: Tensor, causal: tuple[Tensor, Tensor | None] | None = None,
+    anticausal: tuple[Tensor, Tensor | None] | None = None, padding_mask: Tensor | None = None,
+    spectrum: Tensor | None = None,
 ) -> Tensor:
     """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
 
@@ -201,25 +239,28 @@ def two_way_fft_conv(
     Args:
         u: ``B x 2H x L``.
         causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (both or neither
-            with a skip).
-        padding_mask: ``B x L``, True at padded positions (zeroed on input and, without ``spectrum``, on output).
-        spectrum: ``two_way_spectrum(causal, anticausal, L, ...)`` where the caller keeps it (inference only: no
-            gradient reaches the kernels through it).
+            with a skip); not needed with ``spectrum``.
+        padding_mask: ``B x L``, True at padded positions (zeroed on input and, unless ``spectrum`` is kept, on output).
+        spectrum: the stage's ``two_way_spectra(...)[s]`` (``two_way_spectrum``) at length ``L``: computed with autograd
+            for several stages at once (their kernels' gradients reach them through it), or kept by the caller without
+            autograd (inference only: no gradient reaches the kernels through a kept spectrum).
     Returns:
         ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
     H = u.shape[1] // 2
-    for K, D in (causal, anticausal):
+    for K, D in (kernel for kernel in (causal, anticausal) if kernel is not None):
         _check_kernel(u[:, :H], K, D, padding_mask)
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    if spectrum is not None:
-        if torch.is_grad_enabled() and (u.requires_grad or any(t.requires_grad for k in (causal, anticausal)
-                                                                for t in k if t is not None)):
+    if spectrum is None:
+        spectrum = two_way_spectrum(causal, anticausal, L, x.dtype)
+    elif not spectrum.requires_grad:  # kept
+        if torch.is_grad_enabled() and (u.requires_grad or any(t.requires_grad for k in (causal, anticausal) if k
+                                                               for t in k if t is not None)):
             raise ValueError("a kept spectrum is for inference: with autograd the kernels' gradients need their taps")
         n = fft_size(2 * L - 1)
         return torch.fft.irfft(_input_spectrum(x, n, True) * spectrum, n=n)[..., :L].to(u.dtype)
-    y = _SpectralConvolution.apply(x, _two_way_taps(causal, anticausal, L, x.dtype), None, True)
+    y = _SpectralConvolution.apply(x, spectrum, True)
     return masked_output(y, padding_mask, u.dtype)
 
 
@@ -234,5 +275,5 @@ def bidirectional_fft_conv(
     _check_kernel(u, K_backward, None, padding_mask)
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    y = _SpectralConvolution.apply(x, _taps(K_forward, L, x.dtype, D), _taps(K_backward, L, x.dtype))
+    y = _spectral_conv(x, _taps(K_forward, L, x.dtype, D), _taps(K_backward, L, x.dtype))
     return masked_output(y, padding_mask, u.dtype)

@@ -5,7 +5,7 @@ import torch
 from torch import Tensor, nn
 
 from ...ssm.batched_kernels import ChunkedKernel, layer_kernels
-from ...ssm.fft_conv import fft_size, two_way_fft_conv, two_way_spectrum
+from ...ssm.fft_conv import fft_size, two_way_fft_conv, two_way_spectra, two_way_spectrum
 from ...ssm.inference_cache import caching, kept
 from .multihead_ssm import MultiHeadSSM, chunk_layout
 
@@ -55,8 +55,9 @@ class BidirectionalSSM(nn.Module):
 
         Each stage is one convolution (``two_way_fft_conv``), one activation and one dropout over both directions
         (they have the same gating and ``p``), and one batched product for the two directions' Linears (their
-        weights stacked at compute time). In inference the stacked weights and each stage's spectrum (up to
-        ``KEPT_SPECTRUM_BYTES``) are kept until a parameter changes (``ssm.inference_cache``)."""
+        weights stacked at compute time); the kernels' spectra of all stages are one FFT (``two_way_spectra``). In
+        inference the stacked weights and each stage's spectrum (up to ``KEPT_SPECTRUM_BYTES``) are kept until a
+        parameter changes (``ssm.inference_cache``)."""
         directions = (self.forward_ssm, self.backward_ssm)
         B, L, D = x.shape
         x = x.transpose(1, 2)
@@ -65,9 +66,13 @@ class BidirectionalSSM(nn.Module):
         else:  # both projections in one product: B x 2D x L
             weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
             h = torch.baddbmm(bias, weight.expand(B, -1, -1), x)
-        for i, kernels in enumerate(zip(forward_kernels, backward_kernels)):
-            spectrum = self._kept_spectrum(i, kernels, L, h.dtype) if caching(self) else None
-            y = two_way_fft_conv(h, *kernels, padding_mask, spectrum=spectrum)  # B x 2 x C x D x L
+        stages = list(zip(forward_kernels, backward_kernels))
+        spectra = [self._kept_spectrum(i, kernels, L, h.dtype) for i, kernels in enumerate(stages)] if caching(
+            self) else []
+        if not spectra or None in spectra:  # all stages' spectra in one FFT (with autograd in training)
+            spectra = two_way_spectra(stages, L, h.dtype).unbind(0)
+        for i, spectrum in enumerate(spectra):
+            y = two_way_fft_conv(h, padding_mask=padding_mask, spectrum=spectrum)  # B x 2 x C x D x L
             h = self.forward_ssm.activated(y.flatten(0, 1))  # 2B x D x L
             if i < len(self.forward_ssm.linears):
                 linears = [ssm.linears[i] for ssm in directions]
