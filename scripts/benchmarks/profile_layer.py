@@ -38,7 +38,8 @@ PARTS = ("kernel generation", "convolution", "linears", "attention", "layer norm
 BACKWARD = "autograd::engine::evaluate_function: "
 # our custom autograd Functions, whose backward nodes have no forward op to take a part from
 CUSTOM_FUNCTIONS = {"_SpectralConvolution": "convolution", "_StatesBeforeChunks": "convolution",
-                    "_RealVandermonde": "kernel generation",
+                    "_KernelSpectrum": "convolution", "_TwoWaySpectra": "convolution",
+                    "_RealVandermonde": "kernel generation", "_ChannelsMerged": "kernel generation",
                     "_Cauchy": "kernel generation"}
 
 
@@ -59,6 +60,7 @@ LABELLED_FUNCTIONS = ((multihead_ssm, "convolve", "convolution"),
                       (multihead_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "layer_kernels", "kernel generation"),
                       (bidirectional_ssm, "two_way_fft_conv", "convolution"),
+                      (bidirectional_ssm, "two_way_spectra", "convolution"),
                       (bidirectional_ssm, "_two_linears", "linears"))
 
 
