@@ -102,8 +102,7 @@ class _LeanFeedForward(torch.autograd.Function):
         h = F.linear(x, w1, b1)
         a = activation(h)
         if p > 0:
-            keep = torch.empty_like(h, dtype=torch.bool).bernoulli_(1 - p)
-            a = a * keep / (1 - p)
+            a, keep = torch.native_dropout(a, p, True)  # a boolean mask, the kept units scaled by 1 / (1 - p)
             h.masked_fill_(~keep, DROPPED)
         ctx.activation, ctx.p = activation, p
         ctx.save_for_backward(x, h, w1, w2)
