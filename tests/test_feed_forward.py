@@ -43,6 +43,14 @@ def test_gradients_equal_plain_autograd(activation, p):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
+def test_an_empty_batch_trains():
+    ffn = FeedForward(6, 24, "gelu", dropout=0.3).train()
+    x = torch.randn(0, 5, 6, requires_grad=True)
+    y = ffn(x)
+    y.sum().backward()
+    assert y.shape == (0, 5, 6) and x.grad.shape == x.shape
+
+
 def test_eval_and_no_grad_are_the_plain_block():
     ffn = FeedForward(6, 24, "gelu", dropout=0.5).eval()
     x = torch.randn(3, 6)

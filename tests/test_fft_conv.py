@@ -140,11 +140,45 @@ def test_several_stages_spectra_in_one_transform_give_each_stages_convolution_an
 
     def through_spectra(u, *flat):
         spectra = two_way_spectra(stages(flat), L, torch.float64).unbind(0)
-        return torch.stack([two_way_fft_conv(u, padding_mask=mask, spectrum=spectrum) for spectrum in spectra])
+        return torch.stack([two_way_fft_conv(u, padding_mask=mask, shared_spectrum=spectrum) for spectrum in spectra])
 
     expected = torch.stack([two_way_fft_conv(u, *stage, mask) for stage in stages(flat)])
     torch.testing.assert_close(through_spectra(u, *flat), expected, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(through_spectra, (u, *flat))
+
+
+def test_shared_spectra_of_frozen_kernels_still_give_the_inputs_gradient_and_zero_padded_outputs():
+    """Kernels without autograd (frozen) but inputs with it: the shared spectra carry no gradient, and the convolution
+    is still differentiated with respect to its input and masks its padded outputs, as with the kernels given."""
+    torch.manual_seed(0)
+    L = 6
+    u = torch.randn(2, 4, L, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, L, dtype=torch.bool)
+    mask[0, 4:] = True
+    stage = ((torch.randn(2, 2, L, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64)),
+             (torch.randn(2, 2, L, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64)))
+    (spectrum,) = two_way_spectra([stage], L, torch.float64).unbind(0)
+    assert not spectrum.requires_grad
+    y = two_way_fft_conv(u, padding_mask=mask, shared_spectrum=spectrum)
+    assert (y[0, ..., 4:] == 0).all()
+    torch.testing.assert_close(y, two_way_fft_conv(u, *stage, mask), rtol=0, atol=0)
+    assert torch.autograd.gradcheck(lambda u: two_way_fft_conv(u, padding_mask=mask, shared_spectrum=spectrum), (u,))
+
+
+def test_two_way_convolution_refuses_what_it_cannot_use():
+    u = torch.randn(1, 4, 5)
+    stage = ((torch.randn(2, 2, 5, requires_grad=True), None), (torch.randn(2, 2, 5, requires_grad=True), None))
+    with pytest.raises(ValueError, match="needs the kernels"):
+        two_way_fft_conv(u)
+    with pytest.raises(ValueError, match="needs the kernels"):
+        two_way_fft_conv(u, stage[0])
+    with pytest.raises(ValueError, match="must have shape"):  # a spectrum of another length
+        two_way_fft_conv(u, shared_spectrum=two_way_spectra([stage], 9)[0])
+    with pytest.raises(ValueError, match="padding_mask"):
+        two_way_fft_conv(u, *stage, padding_mask=torch.zeros(1, 4, dtype=torch.bool))
+    spectrum = two_way_spectrum(*stage, 5)
+    with pytest.raises(ValueError, match="must come from two_way_spectra"):  # not its own form of the gradient
+        two_way_fft_conv(u, shared_spectrum=spectrum.conj() * 1)
 
 
 def test_fft_sizes_are_fast_and_long_enough():

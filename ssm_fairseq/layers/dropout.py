@@ -1,7 +1,7 @@
 """Dropout that keeps a one-byte mask for the backward pass, in one operator each way.
 
 On a CPU, PyTorch's dropout (``F.dropout``) multiplies its input by a float noise tensor and keeps that tensor for the
-backward pass: four bytes per element, as much as the activation itself, and five operators (drawing the mask,
+backward pass: four bytes per element, as much as the activation itself, in four operators (drawing the mask,
 scaling it, the product; the product again backward). ``LeanDropout`` calls ``torch.native_dropout`` on every
 device, which ``F.dropout`` uses on a GPU only: it draws a boolean mask (one byte per element, the same Bernoulli draws
 as a boolean ``bernoulli_``), scales the kept elements in the same operator, and its backward pass is one operator

@@ -103,7 +103,7 @@ class _LeanFeedForward(torch.autograd.Function):
         a = activation(h)
         if p > 0:
             a, keep = torch.native_dropout(a, p, True)  # a boolean mask, the kept units scaled by 1 / (1 - p)
-            h.masked_fill_(~keep, DROPPED)
+            h.masked_fill_(~keep.bool(), DROPPED)  # (an empty input's mask is float)
         ctx.activation, ctx.p = activation, p
         ctx.save_for_backward(x, h, w1, w2)
         return F.linear(a, w2, b2)
@@ -114,10 +114,10 @@ class _LeanFeedForward(torch.autograd.Function):
         x, h, w1, w2 = ctx.saved_tensors
         dtype = h.dtype
         grad = grad.to(dtype).flatten(0, -2)  # rows x D
-        dropped = ctx.activation(h).div_(1 - ctx.p)  # 0 at the dropped units
+        dropped = ctx.activation(h).mul_(1 / (1 - ctx.p))  # 0 at the dropped units; the forward pass's scale
         grad_w2 = grad.t() @ dropped.flatten(0, -2)
         del dropped
-        grad_a = (grad @ w2.to(dtype)).view_as(h).div_(1 - ctx.p)
+        grad_a = (grad @ w2.to(dtype)).view_as(h).mul_(1 / (1 - ctx.p))
         grad_h = _activation_backward(ctx.activation, grad_a, h).flatten(0, -2)  # 0 at the dropped units
         del grad_a
         grad_x = (grad_h @ w1.to(dtype)).view(x.shape).to(x.dtype)

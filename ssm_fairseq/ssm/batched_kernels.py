@@ -194,7 +194,7 @@ class _ChannelsMerged(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, ...]:
         C, _, N = grad.shape
-        return grad.view(C, ctx.count, -1, N).transpose(0, 1).contiguous().unbind(0)
+        return grad.reshape(C, ctx.count, -1, N).transpose(0, 1).contiguous().unbind(0)
 
 
 def _merged(parts: list[Tensor], dim: int) -> Tensor:

@@ -72,7 +72,7 @@ class _SpectralConvolution(torch.autograd.Function):
         return torch.fft.irfft(_input_spectrum(u, n, two_way) * kernel_spectrum, n=n)[..., :L]
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the saved spectrum is not connected to the kernels' graph
+    @torch.autograd.function.once_differentiable  # X is not autograd's gradient of the spectrum: not differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
         u, kernel_spectrum = ctx.saved_tensors
         n, L = fft_size(2 * u.shape[-1] - 1), u.shape[-1]
@@ -88,8 +88,9 @@ class _SpectralConvolution(torch.autograd.Function):
 
 
 class _KernelSpectrum(torch.autograd.Function):
-    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the ``C x H x L`` kernels that are given (``_kernel_spectrum``);
-    backward from ``_SpectralConvolution``'s ``X``: ``irfft(X)[:L]`` and ``irfft(conj X)[:L]``."""
+    """``rfft(causal, n) + conj(rfft(anticausal, n))`` of the ``C x H x L`` kernels that are given
+    (``_kernel_spectrum``); backward from ``_SpectralConvolution``'s ``X``: ``irfft(X)[:L]`` and
+    ``irfft(conj X)[:L]``."""
 
     @staticmethod
     def forward(ctx, causal: Tensor | None, anticausal: Tensor | None, n: int) -> Tensor:
@@ -204,9 +205,10 @@ def two_way_spectra(stages: list[Stage], L: int, dtype: torch.dtype = torch.floa
     causal and anti-causal ``(K, D)``: ``C x H x L'`` kernels, ``C x H`` skips or None, as in ``two_way_fft_conv``):
     ``S x 2 x C x H x (n/2 + 1)`` complex (``n = fft_size(2 L - 1)``), each causal kernel's spectrum and each
     anti-causal one's conjugate, skips included, all in one FFT (and in the backward pass one inverse FFT), not one per
-    stage. It depends on the kernels and ``L`` only: inference keeps each stage's (``spectrum=`` of
-    ``two_way_fft_conv``). ``dtype``: the inputs' dtype; the spectra are in their compute dtype (float64 for float64,
-    else float32: half precision inputs are convolved in float32, as ``masked_input`` casts them)."""
+    stage (``shared_spectrum=`` of ``two_way_fft_conv``). It depends on the kernels and ``L`` only: inference keeps each
+    stage's (``two_way_spectrum``, ``spectrum=`` of ``two_way_fft_conv``). ``dtype``: the inputs' dtype; the spectra
+    are in their compute dtype (float64 for float64, else float32: half precision inputs are convolved in float32, as
+    ``masked_input`` casts them)."""
     dtype = torch.float64 if dtype == torch.float64 else torch.float32
     K = torch.stack([_first_taps(K, L) for stage in stages for K, _ in stage])  # (S 2) x C x H x L
     skips = [D for stage in stages for _, D in stage]
@@ -224,7 +226,7 @@ def two_way_spectrum(causal: tuple[Tensor, Tensor | None], anticausal: tuple[Ten
 def two_way_fft_conv(
     u: Tensor, causal: tuple[Tensor, Tensor | None] | None = None,
     anticausal: tuple[Tensor, Tensor | None] | None = None, padding_mask: Tensor | None = None,
-    spectrum: Tensor | None = None,
+    spectrum: Tensor | None = None, shared_spectrum: Tensor | None = None,
 ) -> Tensor:
     """The first half of the channels convolved causally, the second anti-causally, in one FFT pair.
 
@@ -236,32 +238,60 @@ def two_way_fft_conv(
     a backward pass) the outputs at padded positions are not zeroed: in a stack of stages the next stage zeroes them
     on its input, one masking per stage instead of two.
 
+    The kernels' spectrum comes from one of three places: ``causal`` and ``anticausal``, ``(K, D)`` of each half
+    (``C x H x L'`` kernels and ``C x H`` skips, both or neither with a skip); ``spectrum``, the ``two_way_spectrum``
+    of this stage at length ``L`` kept by the caller (inference only: no gradient reaches the kernels through it; with
+    the kernels given too they are checked, not transformed); or
+    ``shared_spectrum``, this stage's ``two_way_spectra(stages, L)[s]``, the spectra of several stages computed in one
+    FFT, with autograd where their kernels have it (a spectrum with a gradient must come from ``two_way_spectra``: what
+    flows back to it is that function's own form of the kernels' gradient, not autograd's gradient of a complex tensor).
+
     Args:
         u: ``B x 2H x L``.
-        causal, anticausal: ``(K, D)`` of each half: ``C x H x L'`` kernels and ``C x H`` skips (both or neither
-            with a skip); not needed with ``spectrum``.
-        padding_mask: ``B x L``, True at padded positions (zeroed on input and, unless ``spectrum`` is kept, on output).
-        spectrum: the stage's ``two_way_spectra(...)[s]`` (``two_way_spectrum``) at length ``L``: computed with autograd
-            for several stages at once (their kernels' gradients reach them through it), or kept by the caller without
-            autograd (inference only: no gradient reaches the kernels through a kept spectrum).
+        padding_mask: ``B x L``, True at padded positions (zeroed on input and, without a kept ``spectrum``, on output).
     Returns:
         ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
+    given = [kernels is not None for kernels in (causal, anticausal)]
+    if any(given) != all(given) or (spectrum is not None and shared_spectrum is not None) or not (
+            all(given) or spectrum is not None or shared_spectrum is not None):
+        raise ValueError("two_way_fft_conv needs the kernels of both halves, a kept spectrum (the kernels may be given "
+                         "too) or a shared spectrum")
     H = u.shape[1] // 2
-    for K, D in (kernel for kernel in (causal, anticausal) if kernel is not None):
-        _check_kernel(u[:, :H], K, D, padding_mask)
+    check_input(u, 2 * H)
+    if padding_mask is not None and padding_mask.shape != (u.shape[0], u.shape[2]):
+        raise ValueError(f"padding_mask must have shape ({u.shape[0]}, {u.shape[2]}), got {tuple(padding_mask.shape)}")
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    if spectrum is None:
-        spectrum = two_way_spectrum(causal, anticausal, L, x.dtype)
-    elif not spectrum.requires_grad:  # kept
-        if torch.is_grad_enabled() and (u.requires_grad or any(t.requires_grad for k in (causal, anticausal) if k
-                                                               for t in k if t is not None)):
+    if all(given):
+        for K, D in (causal, anticausal):
+            _check_kernel(u[:, :H], K, D, padding_mask)
+        if spectrum is None and shared_spectrum is None:
+            shared_spectrum = two_way_spectrum(causal, anticausal, L, x.dtype)
+    given_spectrum = shared_spectrum if spectrum is None else spectrum
+    F_ = fft_size(2 * L - 1) // 2 + 1
+    if given_spectrum.dim() != 4 or given_spectrum.shape[0] != 2 or given_spectrum.shape[2:] != (H, F_):
+        raise ValueError(f"the spectrum of length-{L} inputs of {2 * H} channels must have shape (2, C, {H}, {F_}), "
+                         f"got {tuple(given_spectrum.shape)}")
+    if spectrum is not None:
+        tensors = [u, spectrum, *(t for kernels in (causal, anticausal) if kernels for t in kernels if t is not None)]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             raise ValueError("a kept spectrum is for inference: with autograd the kernels' gradients need their taps")
         n = fft_size(2 * L - 1)
         return torch.fft.irfft(_input_spectrum(x, n, True) * spectrum, n=n)[..., :L].to(u.dtype)
-    y = _SpectralConvolution.apply(x, spectrum, True)
+    checked = not torch.compiler.is_compiling()  # a traced graph has no autograd history to follow
+    if checked and shared_spectrum.requires_grad and not _from_two_way_spectra(shared_spectrum):
+        raise ValueError("a shared spectrum with autograd must come from two_way_spectra (a stage of its result)")
+    y = _SpectralConvolution.apply(x, shared_spectrum, True)
     return masked_output(y, padding_mask, u.dtype)
+
+
+def _from_two_way_spectra(spectrum: Tensor) -> bool:
+    """Whether ``spectrum``'s autograd history is ``two_way_spectra``'s transform, through indexing only."""
+    node = spectrum.grad_fn
+    while node is not None and node.name() in ("UnbindBackward0", "SelectBackward0", "SliceBackward0"):
+        node = node.next_functions[0][0]
+    return node is not None and node.name() == "_TwoWaySpectraBackward"
 
 
 def bidirectional_fft_conv(

@@ -66,13 +66,8 @@ class BidirectionalSSM(nn.Module):
         else:  # both projections in one product: B x 2D x L
             weight, bias = kept(self, "in_proj", self._in_proj_parameters(), self._stacked_in_proj)
             h = torch.baddbmm(bias, weight.expand(B, -1, -1), x)
-        stages = list(zip(forward_kernels, backward_kernels))
-        spectra = [self._kept_spectrum(i, kernels, L, h.dtype) for i, kernels in enumerate(stages)] if caching(
-            self) else []
-        if not spectra or None in spectra:  # all stages' spectra in one FFT (with autograd in training)
-            spectra = two_way_spectra(stages, L, h.dtype).unbind(0)
-        for i, spectrum in enumerate(spectra):
-            y = two_way_fft_conv(h, padding_mask=padding_mask, spectrum=spectrum)  # B x 2 x C x D x L
+        for i, convolution in enumerate(self._stage_convolutions(forward_kernels, backward_kernels, L, h.dtype)):
+            y = two_way_fft_conv(h, padding_mask=padding_mask, **convolution)  # B x 2 x C x D x L
             h = self.forward_ssm.activated(y.flatten(0, 1))  # 2B x D x L
             if i < len(self.forward_ssm.linears):
                 linears = [ssm.linears[i] for ssm in directions]
@@ -109,6 +104,18 @@ class BidirectionalSSM(nn.Module):
         directions = (self.forward_ssm, self.backward_ssm)
         return (torch.cat([ssm.in_proj.weight for ssm in directions]),
                 torch.cat([ssm.in_proj.bias for ssm in directions]).unsqueeze(-1))
+
+    def _stage_convolutions(self, forward_kernels: list, backward_kernels: list, L: int,
+                            dtype: torch.dtype) -> list[dict]:
+        """Each stage's kernels as ``two_way_fft_conv`` takes them: in inference the kept spectrum (``spectrum``), or
+        the kernels themselves where it is too large to keep (transformed in their stage, one at a time); otherwise
+        (training) all stages' spectra from one FFT (``shared_spectrum``)."""
+        stages = list(zip(forward_kernels, backward_kernels))
+        if caching(self):
+            kept_spectra = [self._kept_spectrum(i, kernels, L, dtype) for i, kernels in enumerate(stages)]
+            return [{"spectrum": spectrum} if spectrum is not None else dict(zip(("causal", "anticausal"), kernels))
+                    for spectrum, kernels in zip(kept_spectra, stages)]
+        return [{"shared_spectrum": spectrum} for spectrum in two_way_spectra(stages, L, dtype).unbind(0)]
 
     def _kept_spectrum(self, stage: int, kernels: tuple, L: int, dtype: torch.dtype) -> Tensor | None:
         """Stage ``stage``'s ``two_way_spectrum`` at length ``L``, kept while the stage's kernels are unchanged (and
