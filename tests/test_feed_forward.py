@@ -43,6 +43,15 @@ def test_gradients_equal_plain_autograd(activation, p):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
+def test_dropping_every_unit_gives_the_bias_and_zero_gradients():
+    ffn = FeedForward(6, 24, "gelu", dropout=1.0).train()
+    x = torch.randn(2, 5, 6, requires_grad=True)
+    y = ffn(x)
+    torch.testing.assert_close(y, ffn.net[-1].bias.expand_as(y), rtol=0, atol=0)
+    y.square().sum().backward()
+    assert x.grad.abs().max() == 0 and ffn.net[0].weight.grad.abs().max() == 0
+
+
 def test_an_empty_batch_trains():
     ffn = FeedForward(6, 24, "gelu", dropout=0.3).train()
     x = torch.randn(0, 5, 6, requires_grad=True)

@@ -168,15 +168,23 @@ def test_shared_spectra_of_frozen_kernels_still_give_the_inputs_gradient_and_zer
 def test_two_way_convolution_refuses_what_it_cannot_use():
     u = torch.randn(1, 4, 5)
     stage = ((torch.randn(2, 2, 5, requires_grad=True), None), (torch.randn(2, 2, 5, requires_grad=True), None))
-    with pytest.raises(ValueError, match="needs the kernels"):
+    with pytest.raises(ValueError, match="needs exactly one of"):
         two_way_fft_conv(u)
-    with pytest.raises(ValueError, match="needs the kernels"):
+    with pytest.raises(ValueError, match="needs exactly one of"):
         two_way_fft_conv(u, stage[0])
     with pytest.raises(ValueError, match="must have shape"):  # a spectrum of another length
         two_way_fft_conv(u, shared_spectrum=two_way_spectra([stage], 9)[0])
-    with pytest.raises(ValueError, match="padding_mask"):
-        two_way_fft_conv(u, *stage, padding_mask=torch.zeros(1, 4, dtype=torch.bool))
     spectrum = two_way_spectrum(*stage, 5)
+    with pytest.raises(ValueError, match="padding_mask"):
+        two_way_fft_conv(u, padding_mask=torch.zeros(1, 4, dtype=torch.bool), shared_spectrum=spectrum)
+    with pytest.raises(ValueError, match="exactly one"):
+        two_way_fft_conv(u, *stage, shared_spectrum=spectrum)
+    with pytest.raises(ValueError, match="exactly one"):
+        two_way_fft_conv(u, spectrum=spectrum.detach(), shared_spectrum=spectrum)
+    with pytest.raises(ValueError, match="for inference"):  # a kept spectrum has no gradient to give
+        two_way_fft_conv(u, spectrum=spectrum)
+    with pytest.raises(ValueError, match="even number of channels"):
+        two_way_fft_conv(torch.randn(1, 5, 5), spectrum=spectrum.detach())
     with pytest.raises(ValueError, match="must come from two_way_spectra"):  # not its own form of the gradient
         two_way_fft_conv(u, shared_spectrum=spectrum.conj() * 1)
 

@@ -105,6 +105,27 @@ def test_spectra_above_the_limit_are_not_kept(monkeypatch):
     assert "spectrum 0" not in _kept_values(block) and "in_proj" in _kept_values(block)
 
 
+@pytest.mark.parametrize("frozen_kernels", [False, True])
+def test_the_block_gives_the_same_outputs_padding_included_with_and_without_autograd(frozen_kernels):
+    """In train mode (dropout 0), with a padding mask: the stages' spectra shared through one FFT give what they give
+    without autograd, at padded positions too (zeroed after each stage either way); with the kernels frozen and an
+    input that needs a gradient as well."""
+    torch.manual_seed(0)
+    block = BidirectionalSSM(8, heads=2, stack=2, gating="ihg", state_size=4).train()
+    if frozen_kernels:
+        for ssm in (block.forward_ssm, block.backward_ssm):
+            ssm.kernels.requires_grad_(False)
+    x = torch.randn(2, 11, 8, requires_grad=True)
+    mask = torch.zeros(2, 11, dtype=torch.bool)
+    mask[1, 7:] = True
+    with torch.no_grad():
+        expected = block(x, mask)
+    y = block(x, mask)
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    y.square().sum().backward()
+    assert x.grad is not None and x.grad[1, 7:].abs().max() == 0  # padding never reaches a real frame
+
+
 def test_a_kept_spectrum_is_refused_with_autograd():
     block = _block()
     kernels = [(k.kernel(5), k.D) for k in (block.forward_ssm.kernels[0], block.backward_ssm.kernels[0])]

@@ -114,10 +114,11 @@ class _LeanFeedForward(torch.autograd.Function):
         x, h, w1, w2 = ctx.saved_tensors
         dtype = h.dtype
         grad = grad.to(dtype).flatten(0, -2)  # rows x D
-        dropped = ctx.activation(h).mul_(1 / (1 - ctx.p))  # 0 at the dropped units; the forward pass's scale
+        scale = 1 / (1 - ctx.p) if ctx.p < 1 else 0.0  # the forward pass's (native_dropout's) scale
+        dropped = ctx.activation(h).mul_(scale)  # 0 at the dropped units
         grad_w2 = grad.t() @ dropped.flatten(0, -2)
         del dropped
-        grad_a = (grad @ w2.to(dtype)).view_as(h).mul_(1 / (1 - ctx.p))
+        grad_a = (grad @ w2.to(dtype)).view_as(h).mul_(scale)
         grad_h = _activation_backward(ctx.activation, grad_a, h).flatten(0, -2)  # 0 at the dropped units
         del grad_a
         grad_x = (grad_h @ w1.to(dtype)).view(x.shape).to(x.dtype)

@@ -253,10 +253,12 @@ def two_way_fft_conv(
         ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
     given = [kernels is not None for kernels in (causal, anticausal)]
-    if any(given) != all(given) or (spectrum is not None and shared_spectrum is not None) or not (
+    if any(given) != all(given) or (shared_spectrum is not None and (spectrum is not None or any(given))) or not (
             all(given) or spectrum is not None or shared_spectrum is not None):
-        raise ValueError("two_way_fft_conv needs the kernels of both halves, a kept spectrum (the kernels may be given "
-                         "too) or a shared spectrum")
+        raise ValueError("two_way_fft_conv needs exactly one of: the kernels of both halves, a kept spectrum (the "
+                         "kernels may be given with it) or a shared spectrum")
+    if u.dim() != 3 or u.shape[1] % 2:
+        raise ValueError(f"u must have shape (batch, 2H, length) with an even number of channels, got {tuple(u.shape)}")
     H = u.shape[1] // 2
     check_input(u, 2 * H)
     if padding_mask is not None and padding_mask.shape != (u.shape[0], u.shape[2]):
@@ -291,7 +293,7 @@ def _from_two_way_spectra(spectrum: Tensor) -> bool:
     node = spectrum.grad_fn
     while node is not None and node.name() in ("UnbindBackward0", "SelectBackward0", "SliceBackward0"):
         node = node.next_functions[0][0]
-    return node is not None and node.name() == "_TwoWaySpectraBackward"
+    return type(node) is _TwoWaySpectra._backward_cls
 
 
 def bidirectional_fft_conv(
