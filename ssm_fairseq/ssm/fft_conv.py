@@ -241,10 +241,10 @@ def two_way_fft_conv(
     The kernels' spectrum comes from one of three places: ``causal`` and ``anticausal``, ``(K, D)`` of each half
     (``C x H x L'`` kernels and ``C x H`` skips, both or neither with a skip); ``spectrum``, the ``two_way_spectrum``
     of this stage at length ``L`` kept by the caller (inference only: no gradient reaches the kernels through it; with
-    the kernels given too they are checked, not transformed); or
-    ``shared_spectrum``, this stage's ``two_way_spectra(stages, L)[s]``, the spectra of several stages computed in one
-    FFT, with autograd where their kernels have it (a spectrum with a gradient must come from ``two_way_spectra``: what
-    flows back to it is that function's own form of the kernels' gradient, not autograd's gradient of a complex tensor).
+    the kernels given too they are checked, not transformed); or ``shared_spectrum``, this stage's
+    ``two_way_spectra(stages, L)[s]``, the spectra of several stages computed in one FFT, with autograd where their
+    kernels have it (a spectrum with a gradient must come from ``two_way_spectra``: what flows back to it is that
+    function's own form of the kernels' gradient, not autograd's gradient of a complex tensor).
 
     Args:
         u: ``B x 2H x L``.
