@@ -252,9 +252,10 @@ def two_way_fft_conv(
     Returns:
         ``B x 2 x C x H x L`` in the dtype of ``u``.
     """
-    given = [kernels is not None for kernels in (causal, anticausal)]
-    if any(given) != all(given) or (shared_spectrum is not None and (spectrum is not None or any(given))) or not (
-            all(given) or spectrum is not None or shared_spectrum is not None):
+    kernels_given = [kernels is not None for kernels in (causal, anticausal)]
+    one_source = sum([all(kernels_given) and spectrum is None, spectrum is not None, shared_spectrum is not None]) == 1
+    with_shared = shared_spectrum is not None and any(kernels_given)
+    if any(kernels_given) != all(kernels_given) or with_shared or not one_source:
         raise ValueError("two_way_fft_conv needs exactly one of: the kernels of both halves, a kept spectrum (the "
                          "kernels may be given with it) or a shared spectrum")
     if u.dim() != 3 or u.shape[1] % 2:
@@ -265,7 +266,7 @@ def two_way_fft_conv(
         raise ValueError(f"padding_mask must have shape ({u.shape[0]}, {u.shape[2]}), got {tuple(padding_mask.shape)}")
     x = masked_input(u, padding_mask)
     L = x.shape[-1]
-    if all(given):
+    if all(kernels_given):
         for K, D in (causal, anticausal):
             _check_kernel(u[:, :H], K, D, padding_mask)
         if spectrum is None and shared_spectrum is None:
